@@ -1,0 +1,539 @@
+//! The deterministic aggregator core: vLLM's `KVOutputAggregator` semantics, sans-IO.
+//!
+//! Restated from contracts.md §4 (vLLM `kv_connector/utils.py`):
+//! - `E` is fixed at construction (`connector.get_finished_count()`, or `world_size` when
+//!   that is None or 0) and shared by both directions;
+//! - each direction keeps request id → remaining count; a report subtracts one (a missing
+//!   entry starts at the current `E`), at zero the id is emitted and the entry deleted;
+//! - an output carrying `expected_finished_count > 0` replaces `E` before its own reports
+//!   are counted, and only entries created afterwards use the new value;
+//! - `invalid_block_ids` is a plain union acted on the same step;
+//! - `failed_recving` ids wait in a pending set until their receive quorum completes, and
+//!   are emitted together with that `finished_recving`;
+//! - a step without the output rank's output is dropped whole (workers do not resend).
+//!
+//! [`Policy::Countdown`] keeps vLLM's blind spots on purpose (no reporter identity), so
+//! the model can show what they cost. [`Policy::Strict`] knows who reported and returns
+//! every report it cannot account for as a typed [`Violation`] instead of counting it.
+//! Only `BTreeMap`/`BTreeSet` are used: the model hashes this struct into its state and
+//! replays paths through it, which needs a deterministic iteration order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// A worker's global rank in its engine (`0..world_size`).
+pub type Rank = u16;
+
+/// Which completion set a report belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Direction {
+    /// `finished_sending`: a producer worker is done with a request's KV blocks.
+    Sending,
+    /// `finished_recving`: a consumer worker has finished loading a request's KV.
+    Recving,
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Direction::Sending => "finished_sending",
+            Direction::Recving => "finished_recving",
+        })
+    }
+}
+
+/// How reports are counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Policy {
+    /// vLLM's counting: anonymous reports, a stray report after emission opens a fresh
+    /// countdown and enough of them emit the id again.
+    Countdown,
+    /// Reporter identity is tracked; reports that do not fit the contract are returned
+    /// as violations and not counted.
+    Strict,
+}
+
+/// One worker's completion output for one engine step (vLLM's `KVConnectorOutput`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WorkerOutput<Id: Ord> {
+    pub rank: Rank,
+    pub finished_sending: BTreeSet<Id>,
+    pub finished_recving: BTreeSet<Id>,
+    pub failed_recving: BTreeSet<Id>,
+    pub invalid_block_ids: BTreeSet<u64>,
+    /// 0 keeps the current `E` (vLLM's convention); anything else replaces it.
+    pub expected_finished_count: u32,
+}
+
+impl<Id: Ord> WorkerOutput<Id> {
+    /// An output with nothing to report.
+    pub fn empty(rank: Rank) -> Self {
+        WorkerOutput {
+            rank,
+            finished_sending: BTreeSet::new(),
+            finished_recving: BTreeSet::new(),
+            failed_recving: BTreeSet::new(),
+            invalid_block_ids: BTreeSet::new(),
+            expected_finished_count: 0,
+        }
+    }
+
+    pub fn finished(&self, direction: Direction) -> &BTreeSet<Id> {
+        match direction {
+            Direction::Sending => &self.finished_sending,
+            Direction::Recving => &self.finished_recving,
+        }
+    }
+
+    pub fn finished_mut(&mut self, direction: Direction) -> &mut BTreeSet<Id> {
+        match direction {
+            Direction::Sending => &mut self.finished_sending,
+            Direction::Recving => &mut self.finished_recving,
+        }
+    }
+}
+
+/// What a `Strict` aggregator refused to count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// The rank already reported this id while its countdown is open.
+    DuplicateReport,
+    /// The id was already emitted and this rank was one of its quorum: a resend.
+    ReportAfterEmission,
+    /// The id was already emitted and this rank was not in its quorum: one reporter
+    /// more than `E`, so `E` is too small for the set of workers that report.
+    ReportBeyondExpected,
+    /// The scheduler never announced (or already retired) this id in this direction.
+    Unannounced,
+}
+
+impl ViolationKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationKind::DuplicateReport => "duplicate-report",
+            ViolationKind::ReportAfterEmission => "report-after-emission",
+            ViolationKind::ReportBeyondExpected => "report-beyond-expected",
+            ViolationKind::Unannounced => "unannounced-id",
+        }
+    }
+}
+
+/// A report the `Strict` policy refused to count.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Violation<Id> {
+    pub kind: ViolationKind,
+    pub direction: Direction,
+    pub id: Id,
+    pub rank: Rank,
+}
+
+/// What one `aggregate` call produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepOutcome<Id: Ord> {
+    /// The output rank's output was missing: nothing was counted this step.
+    pub dropped: bool,
+    pub finished_sending: BTreeSet<Id>,
+    pub finished_recving: BTreeSet<Id>,
+    /// Ids emitted in `finished_recving` this step whose load failed on some worker.
+    pub failed_recving: BTreeSet<Id>,
+    pub invalid_block_ids: BTreeSet<u64>,
+    pub violations: Vec<Violation<Id>>,
+}
+
+impl<Id: Ord> StepOutcome<Id> {
+    fn empty(dropped: bool) -> Self {
+        StepOutcome {
+            dropped,
+            finished_sending: BTreeSet::new(),
+            finished_recving: BTreeSet::new(),
+            failed_recving: BTreeSet::new(),
+            invalid_block_ids: BTreeSet::new(),
+            violations: Vec::new(),
+        }
+    }
+
+    pub fn finished(&self, direction: Direction) -> &BTreeSet<Id> {
+        match direction {
+            Direction::Sending => &self.finished_sending,
+            Direction::Recving => &self.finished_recving,
+        }
+    }
+
+    fn finished_mut(&mut self, direction: Direction) -> &mut BTreeSet<Id> {
+        match direction {
+            Direction::Sending => &mut self.finished_sending,
+            Direction::Recving => &mut self.finished_recving,
+        }
+    }
+}
+
+/// An open countdown for one (direction, id).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Countdown {
+    /// Reports still needed before emission.
+    remaining: u32,
+    /// Ranks counted so far; always empty under `Countdown`, which has no identity.
+    reporters: BTreeSet<Rank>,
+}
+
+/// Where a (direction, id) stands in its lifetime; tracked by `Strict` only.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Lifetime {
+    /// Announced by the scheduler, no quorum yet.
+    Announced,
+    /// Emitted to the scheduler; the quorum that emitted it.
+    Emitted(BTreeSet<Rank>),
+}
+
+/// The aggregator for one engine. See the module docs for the semantics.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Aggregator<Id: Ord> {
+    policy: Policy,
+    /// `E` for countdowns opened from now on.
+    expected: u32,
+    sending: BTreeMap<Id, Countdown>,
+    recving: BTreeMap<Id, Countdown>,
+    /// `failed_recving` ids waiting for their receive quorum.
+    pending_failed: BTreeSet<Id>,
+    /// `Strict` only: the lifetime of every announced (direction, id).
+    lifetimes: BTreeMap<(Direction, Id), Lifetime>,
+}
+
+impl<Id: Ord + Clone> Aggregator<Id> {
+    /// An aggregator expecting `expected` reports per id (must be at least 1).
+    pub fn new(policy: Policy, expected: u32) -> Self {
+        assert!(expected > 0, "E must be at least 1");
+        Aggregator {
+            policy,
+            expected,
+            sending: BTreeMap::new(),
+            recving: BTreeMap::new(),
+            pending_failed: BTreeSet::new(),
+            lifetimes: BTreeMap::new(),
+        }
+    }
+
+    /// vLLM's construction: the connector's count, or `world_size` when it has none.
+    pub fn from_connector(policy: Policy, connector_count: Option<u32>, world_size: u32) -> Self {
+        let expected = match connector_count {
+            Some(count) if count > 0 => count,
+            _ => world_size,
+        };
+        Aggregator::new(policy, expected)
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// `E` for countdowns opened from now on.
+    pub fn expected(&self) -> u32 {
+        self.expected
+    }
+
+    /// Reports still needed for an open countdown, if one is open.
+    pub fn remaining(&self, direction: Direction, id: &Id) -> Option<u32> {
+        self.countdowns(direction).get(id).map(|c| c.remaining)
+    }
+
+    /// Open countdowns in one direction.
+    pub fn open_ids(&self, direction: Direction) -> impl Iterator<Item = &Id> {
+        self.countdowns(direction).keys()
+    }
+
+    /// Open countdowns plus pending failures: what "bounded aggregator state" watches.
+    pub fn open_entries(&self) -> usize {
+        self.sending.len() + self.recving.len() + self.pending_failed.len()
+    }
+
+    /// Failed loads waiting for their receive quorum.
+    pub fn pending_failed(&self) -> &BTreeSet<Id> {
+        &self.pending_failed
+    }
+
+    /// The scheduler expects reports for `id` in `direction` (a delay-free for sends, a
+    /// remote load for receives). `Countdown` ignores this, like vLLM.
+    pub fn announce(&mut self, direction: Direction, id: Id) {
+        if self.policy == Policy::Strict {
+            self.lifetimes.insert((direction, id), Lifetime::Announced);
+        }
+    }
+
+    /// The scheduler has forgotten `id`: later reports for it are `Unannounced`.
+    pub fn retire(&mut self, direction: Direction, id: &Id) {
+        if self.policy == Policy::Strict {
+            self.lifetimes.remove(&(direction, id.clone()));
+        }
+    }
+
+    /// Count one engine step's worker outputs, in the order given. A step without an
+    /// output from `output_rank` is dropped whole, as vLLM's executor does.
+    pub fn aggregate(&mut self, outputs: &[WorkerOutput<Id>], output_rank: Rank) -> StepOutcome<Id> {
+        if !outputs.iter().any(|o| o.rank == output_rank) {
+            return StepOutcome::empty(true);
+        }
+        let mut outcome = StepOutcome::empty(false);
+        for output in outputs {
+            if output.expected_finished_count > 0 {
+                self.expected = output.expected_finished_count;
+            }
+            for id in &output.failed_recving {
+                self.pending_failed.insert(id.clone());
+            }
+            for direction in [Direction::Sending, Direction::Recving] {
+                for id in output.finished(direction) {
+                    self.report(output.rank, direction, id, &mut outcome);
+                }
+            }
+            outcome.invalid_block_ids.extend(output.invalid_block_ids.iter().copied());
+        }
+        // A failure is emitted only with its receive completion; until then it waits.
+        let emitted_failures: BTreeSet<Id> = self
+            .pending_failed
+            .intersection(&outcome.finished_recving)
+            .cloned()
+            .collect();
+        for id in &emitted_failures {
+            self.pending_failed.remove(id);
+        }
+        outcome.failed_recving = emitted_failures;
+        outcome
+    }
+
+    fn countdowns(&self, direction: Direction) -> &BTreeMap<Id, Countdown> {
+        match direction {
+            Direction::Sending => &self.sending,
+            Direction::Recving => &self.recving,
+        }
+    }
+
+    fn report(&mut self, rank: Rank, direction: Direction, id: &Id, outcome: &mut StepOutcome<Id>) {
+        if let Some(kind) = self.refusal(rank, direction, id) {
+            outcome.violations.push(Violation { kind, direction, id: id.clone(), rank });
+            return;
+        }
+        let strict = self.policy == Policy::Strict;
+        let expected = self.expected;
+        let countdowns = match direction {
+            Direction::Sending => &mut self.sending,
+            Direction::Recving => &mut self.recving,
+        };
+        let countdown = countdowns.entry(id.clone()).or_insert_with(|| Countdown {
+            remaining: expected,
+            reporters: BTreeSet::new(),
+        });
+        countdown.remaining -= 1;
+        if strict {
+            countdown.reporters.insert(rank);
+        }
+        if countdown.remaining == 0 {
+            let quorum = countdowns.remove(id).map(|c| c.reporters).unwrap_or_default();
+            if strict {
+                self.lifetimes.insert((direction, id.clone()), Lifetime::Emitted(quorum));
+            }
+            outcome.finished_mut(direction).insert(id.clone());
+        }
+    }
+
+    /// Why `Strict` will not count this report; `None` under `Countdown`.
+    fn refusal(&self, rank: Rank, direction: Direction, id: &Id) -> Option<ViolationKind> {
+        if self.policy == Policy::Countdown {
+            return None;
+        }
+        match self.lifetimes.get(&(direction, id.clone())) {
+            None => Some(ViolationKind::Unannounced),
+            Some(Lifetime::Emitted(quorum)) if quorum.contains(&rank) => {
+                Some(ViolationKind::ReportAfterEmission)
+            }
+            Some(Lifetime::Emitted(_)) => Some(ViolationKind::ReportBeyondExpected),
+            Some(Lifetime::Announced) => {
+                let open = self.countdowns(direction).get(id);
+                open.filter(|c| c.reporters.contains(&rank))
+                    .map(|_| ViolationKind::DuplicateReport)
+            }
+        }
+    }
+
+    /// The same aggregator with every rank renamed by `rename`. Symmetry reduction in
+    /// the model permutes interchangeable ranks; `Strict` remembers rank identities, so
+    /// they must be permuted with the rest of the state.
+    pub fn rename_ranks(&self, rename: impl Fn(Rank) -> Rank) -> Self {
+        let rename_set = |set: &BTreeSet<Rank>| set.iter().map(|&r| rename(r)).collect();
+        let rename_map = |map: &BTreeMap<Id, Countdown>| {
+            map.iter()
+                .map(|(id, c)| {
+                    let reporters = rename_set(&c.reporters);
+                    (id.clone(), Countdown { remaining: c.remaining, reporters })
+                })
+                .collect()
+        };
+        let lifetimes = self
+            .lifetimes
+            .iter()
+            .map(|(key, lifetime)| {
+                let lifetime = match lifetime {
+                    Lifetime::Announced => Lifetime::Announced,
+                    Lifetime::Emitted(quorum) => Lifetime::Emitted(rename_set(quorum)),
+                };
+                (key.clone(), lifetime)
+            })
+            .collect();
+        Aggregator {
+            policy: self.policy,
+            expected: self.expected,
+            sending: rename_map(&self.sending),
+            recving: rename_map(&self.recving),
+            pending_failed: self.pending_failed.clone(),
+            lifetimes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sends(rank: Rank, ids: &[u32]) -> WorkerOutput<u32> {
+        let mut output = WorkerOutput::empty(rank);
+        output.finished_sending = ids.iter().copied().collect();
+        output
+    }
+
+    fn recvs(rank: Rank, ids: &[u32], failed: &[u32]) -> WorkerOutput<u32> {
+        let mut output = WorkerOutput::empty(rank);
+        output.finished_recving = ids.iter().copied().collect();
+        output.failed_recving = failed.iter().copied().collect();
+        output
+    }
+
+    #[test]
+    fn connector_count_of_none_or_zero_falls_back_to_world_size() {
+        assert_eq!(Aggregator::<u32>::from_connector(Policy::Countdown, None, 8).expected(), 8);
+        assert_eq!(Aggregator::<u32>::from_connector(Policy::Countdown, Some(0), 8).expected(), 8);
+        assert_eq!(Aggregator::<u32>::from_connector(Policy::Countdown, Some(2), 8).expected(), 2);
+    }
+
+    #[test]
+    fn emits_once_e_reports_arrive_across_steps() {
+        let mut agg = Aggregator::new(Policy::Countdown, 3);
+        let first = agg.aggregate(&[sends(0, &[7]), sends(1, &[7])], 0);
+        assert!(first.finished_sending.is_empty());
+        assert_eq!(agg.remaining(Direction::Sending, &7), Some(1));
+        let second = agg.aggregate(&[sends(0, &[]), sends(2, &[7])], 0);
+        assert_eq!(second.finished_sending, BTreeSet::from([7]));
+        assert_eq!(agg.open_entries(), 0);
+    }
+
+    /// Acceptance of the foundation issue: E+1 reports across two steps. With E = 1 the
+    /// stray report opens a fresh countdown at E-1 = 0 and emits the id a second time.
+    #[test]
+    fn countdown_emits_twice_on_e_plus_one_reports_and_strict_refuses() {
+        let mut countdown = Aggregator::new(Policy::Countdown, 1);
+        let first = countdown.aggregate(&[sends(0, &[5])], 0);
+        let second = countdown.aggregate(&[sends(0, &[]), sends(1, &[5])], 0);
+        assert_eq!(first.finished_sending, BTreeSet::from([5]));
+        assert_eq!(second.finished_sending, BTreeSet::from([5]), "vLLM's blind spot: emitted twice");
+
+        let mut strict = Aggregator::new(Policy::Strict, 1);
+        strict.announce(Direction::Sending, 5);
+        let first = strict.aggregate(&[sends(0, &[5])], 0);
+        let second = strict.aggregate(&[sends(0, &[]), sends(1, &[5])], 0);
+        assert_eq!(first.finished_sending, BTreeSet::from([5]));
+        assert!(second.finished_sending.is_empty());
+        assert_eq!(
+            second.violations,
+            vec![Violation {
+                kind: ViolationKind::ReportBeyondExpected,
+                direction: Direction::Sending,
+                id: 5,
+                rank: 1
+            }]
+        );
+    }
+
+    /// With E = 3, E+1 reports leave a countdown open forever (it never drains), and
+    /// 2E reports emit twice.
+    #[test]
+    fn countdown_stray_reports_reopen_an_entry() {
+        let mut agg = Aggregator::new(Policy::Countdown, 3);
+        let all = [sends(0, &[9]), sends(1, &[9]), sends(2, &[9])];
+        assert_eq!(agg.aggregate(&all, 0).finished_sending, BTreeSet::from([9]));
+        agg.aggregate(&[sends(0, &[9])], 0);
+        assert_eq!(agg.remaining(Direction::Sending, &9), Some(2), "stray report reopened at E-1");
+        let again = agg.aggregate(&[sends(1, &[9]), sends(2, &[9])], 1);
+        assert_eq!(again.finished_sending, BTreeSet::from([9]), "emitted a second time");
+    }
+
+    #[test]
+    fn strict_classifies_every_refusal() {
+        let mut agg = Aggregator::new(Policy::Strict, 2);
+        agg.announce(Direction::Sending, 1);
+        let step = agg.aggregate(&[sends(0, &[1, 2]), sends(0, &[1])], 0);
+        let kinds: Vec<_> = step.violations.iter().map(|v| (v.kind, v.id)).collect();
+        assert_eq!(kinds, vec![(ViolationKind::Unannounced, 2), (ViolationKind::DuplicateReport, 1)]);
+        let step = agg.aggregate(&[sends(1, &[1])], 1);
+        assert_eq!(step.finished_sending, BTreeSet::from([1]));
+        let step = agg.aggregate(&[sends(1, &[1]), sends(2, &[1])], 1);
+        let kinds: Vec<_> = step.violations.iter().map(|v| v.kind).collect();
+        assert_eq!(kinds, vec![ViolationKind::ReportAfterEmission, ViolationKind::ReportBeyondExpected]);
+        agg.retire(Direction::Sending, &1);
+        let step = agg.aggregate(&[sends(1, &[1])], 1);
+        assert_eq!(step.violations[0].kind, ViolationKind::Unannounced);
+    }
+
+    #[test]
+    fn dynamic_count_applies_to_entries_opened_afterwards() {
+        let mut agg = Aggregator::new(Policy::Countdown, 4);
+        agg.aggregate(&[sends(0, &[1])], 0);
+        let mut announcing = sends(1, &[2]);
+        announcing.expected_finished_count = 2;
+        agg.aggregate(&[announcing], 1);
+        assert_eq!(agg.remaining(Direction::Sending, &1), Some(3), "old entry keeps old E");
+        assert_eq!(agg.remaining(Direction::Sending, &2), Some(1), "new entry uses new E");
+        assert_eq!(agg.expected(), 2);
+    }
+
+    #[test]
+    fn failed_load_is_held_until_its_receive_quorum() {
+        let mut agg = Aggregator::new(Policy::Countdown, 2);
+        let step = agg.aggregate(&[recvs(0, &[3], &[3])], 0);
+        assert!(step.failed_recving.is_empty());
+        assert_eq!(agg.pending_failed(), &BTreeSet::from([3]));
+        let step = agg.aggregate(&[recvs(1, &[3], &[])], 1);
+        assert_eq!(step.finished_recving, BTreeSet::from([3]));
+        assert_eq!(step.failed_recving, BTreeSet::from([3]));
+        assert_eq!(agg.open_entries(), 0);
+    }
+
+    #[test]
+    fn missing_output_rank_drops_the_whole_step() {
+        let mut agg = Aggregator::new(Policy::Countdown, 1);
+        let step = agg.aggregate(&[sends(1, &[4])], 0);
+        assert!(step.dropped);
+        assert!(step.finished_sending.is_empty());
+        assert_eq!(agg.open_entries(), 0, "nothing was counted");
+    }
+
+    #[test]
+    fn invalid_blocks_are_a_union_acted_on_the_same_step() {
+        let mut agg = Aggregator::<u32>::new(Policy::Countdown, 2);
+        let mut a = WorkerOutput::empty(0);
+        a.invalid_block_ids = BTreeSet::from([1, 2]);
+        let mut b = WorkerOutput::empty(1);
+        b.invalid_block_ids = BTreeSet::from([2, 3]);
+        assert_eq!(agg.aggregate(&[a, b], 0).invalid_block_ids, BTreeSet::from([1, 2, 3]));
+    }
+
+    #[test]
+    fn renaming_ranks_moves_strict_identities() {
+        let mut agg = Aggregator::new(Policy::Strict, 2);
+        agg.announce(Direction::Sending, 1);
+        agg.aggregate(&[sends(0, &[1])], 0);
+        let renamed = agg.rename_ranks(|r| 1 - r);
+        let mut renamed_twice = renamed.rename_ranks(|r| 1 - r);
+        assert_ne!(renamed, agg);
+        assert_eq!(renamed_twice, agg);
+        let step = renamed_twice.aggregate(&[sends(0, &[1])], 0);
+        assert_eq!(step.violations[0].kind, ViolationKind::DuplicateReport);
+    }
+}

@@ -1,0 +1,21 @@
+//! The completion-report aggregator of vLLM's KV-transfer path, restated once.
+//!
+//! vLLM's `KVOutputAggregator` (`vllm/distributed/kv_transfer/kv_connector/utils.py`)
+//! counts per-worker "done sending" / "done receiving" reports and tells the scheduler
+//! when a request has been reported by `E` workers. kvcc has exactly one implementation
+//! of that logic, used three ways:
+//!
+//! - [`core::Aggregator`] — deterministic, sans-IO, `Clone + Hash + Eq`: the stateright
+//!   model calls it from `next_state`, proptest compares it with a set-based reference;
+//! - [`front::ConcurrentAggregator`] — the same core behind a lock, with rank threads
+//!   reporting concurrently and a consumer draining emitted ids; loom and shuttle check
+//!   it, and `kvcc conform` runs recorded deployments through it.
+
+pub mod core;
+pub mod front;
+pub mod sync;
+
+pub use crate::core::{
+    Aggregator, Direction, Policy, Rank, StepOutcome, Violation, ViolationKind, WorkerOutput,
+};
+pub use crate::front::ConcurrentAggregator;
