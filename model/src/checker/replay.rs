@@ -1,0 +1,167 @@
+//! Turning a violating fingerprint into a concrete, re-checked counterexample, and
+//! re-executing a recorded action sequence (`kvcc replay`).
+
+use super::fingerprint::{fingerprint, FingerprintMap};
+use super::{Checkable, Kind};
+use std::fmt;
+
+/// Why a path does not reproduce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayError {
+    /// No initial state matches.
+    NoInitialState,
+    /// Step `step` (1-based) is not a transition of the model from the state before it.
+    NotEnabled { step: usize, action: String },
+    /// The path replays but its last state does not break the clause.
+    NotViolated { clause: String },
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplayError::NoInitialState => {
+                write!(f, "no initial state of the model matches the trace")
+            }
+            ReplayError::NotEnabled { step, action } => {
+                write!(f, "step {step} (`{action}`) is not possible in the model from the state before it")
+            }
+            ReplayError::NotViolated { clause } => {
+                write!(
+                    f,
+                    "the path replays, but its last state does not violate `{clause}`"
+                )
+            }
+        }
+    }
+}
+
+/// Fingerprints from an initial state to `target`, following parent links.
+pub(super) fn path_to(visited: &[FingerprintMap], target: u64) -> Vec<u64> {
+    let mut path = vec![target];
+    let mut fp = target;
+    loop {
+        let parent = visited
+            .iter()
+            .find_map(|shard| shard.get(&fp))
+            .copied()
+            .expect("every visited state has a parent entry");
+        if parent == 0 {
+            break;
+        }
+        path.push(parent);
+        fp = parent;
+    }
+    path.reverse();
+    path
+}
+
+type Replayed<M> = (
+    <M as stateright::Model>::State,
+    Vec<(
+        <M as stateright::Model>::Action,
+        <M as stateright::Model>::State,
+    )>,
+);
+
+/// Re-executes a fingerprint path from a concrete initial state, picking at each step the
+/// first action (in `actions` order) whose canonical successor has the next fingerprint.
+pub(super) fn replay_fingerprints<M>(
+    model: &M,
+    path: &[u64],
+    symmetry: bool,
+    clause: usize,
+) -> Result<Replayed<M>, ReplayError>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let canonical_fp = |s: &M::State| {
+        fingerprint(&if symmetry {
+            model.canonical(s)
+        } else {
+            s.clone()
+        })
+    };
+    let initial = model
+        .init_states()
+        .into_iter()
+        .find(|s| canonical_fp(s) == path[0])
+        .ok_or(ReplayError::NoInitialState)?;
+    let mut state = initial.clone();
+    let mut steps = Vec::new();
+    let mut actions = Vec::new();
+    for (i, &want) in path.iter().enumerate().skip(1) {
+        actions.clear();
+        model.actions(&state, &mut actions);
+        let step = actions.drain(..).find_map(|action| {
+            let next = model.next_state(&state, action.clone())?;
+            (canonical_fp(&next) == want).then_some((action, next))
+        });
+        let (action, next) = step.ok_or(ReplayError::NotEnabled {
+            step: i,
+            action: format!("fingerprint {want:#x}"),
+        })?;
+        state = next.clone();
+        steps.push((action, next));
+    }
+    confirm_violation(model, &state, clause)?;
+    Ok((initial, steps))
+}
+
+/// Re-executes `actions` from the model's first initial state and confirms the last state
+/// violates `clause`. Returns every state, initial first.
+pub fn replay_path<M>(
+    model: &M,
+    actions: &[M::Action],
+    clause: usize,
+) -> Result<Vec<M::State>, ReplayError>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send + PartialEq,
+{
+    let mut state = model
+        .init_states()
+        .into_iter()
+        .next()
+        .ok_or(ReplayError::NoInitialState)?;
+    let mut states = vec![state.clone()];
+    let mut enabled = Vec::new();
+    for (i, action) in actions.iter().enumerate() {
+        enabled.clear();
+        model.actions(&state, &mut enabled);
+        let not_enabled = || ReplayError::NotEnabled {
+            step: i + 1,
+            action: model.format_action(action),
+        };
+        if !enabled.contains(action) {
+            return Err(not_enabled());
+        }
+        state = model
+            .next_state(&state, action.clone())
+            .ok_or_else(not_enabled)?;
+        states.push(state.clone());
+    }
+    confirm_violation(model, &state, clause)?;
+    Ok(states)
+}
+
+/// The clause really breaks in `state`: a safety clause is false there; a liveness clause
+/// is false and the run really ends there.
+fn confirm_violation<M>(model: &M, state: &M::State, clause: usize) -> Result<(), ReplayError>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let broken = !model.clause_holds(clause, state);
+    let ends_here = model.clause_kind(clause) == Kind::Safety || model.next_steps(state).is_empty();
+    if broken && ends_here {
+        Ok(())
+    } else {
+        Err(ReplayError::NotViolated {
+            clause: model.clause_name(clause),
+        })
+    }
+}

@@ -1,0 +1,307 @@
+//! The level-synchronous, sharded, deterministic BFS.
+
+use super::fingerprint::{fingerprint, FingerprintMap};
+use super::{replay, Checkable, Counterexample, Cutoff, Kind, Options, Report, Verdict};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Fixed, so that frontier order (and so every counterexample) does not depend on the
+/// number of threads.
+const SHARDS: usize = 16;
+/// Frontier states per work item.
+const CHUNK: usize = 512;
+
+fn shard_of(fp: u64) -> usize {
+    (fp >> 60) as usize % SHARDS
+}
+
+/// A newly generated state on its way to the visited set.
+struct Candidate<S> {
+    fp: u64,
+    parent: u64,
+    state: S,
+}
+
+/// What one chunk of a level produced.
+struct ChunkOut<S> {
+    per_shard: Vec<Vec<Candidate<S>>>,
+    /// (clause, frontier index) of the first violation of each clause in this chunk.
+    violations: Vec<(usize, usize)>,
+    /// (frontier index, action) of the first transition without progress.
+    no_progress: Option<(usize, String)>,
+    transitions: u64,
+}
+
+/// Explores `model` exhaustively within `options.limits` and returns a verdict with a
+/// replayed, shortest counterexample for every violated clause.
+pub fn check<M>(model: &M, options: &Options) -> Report<M>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let start = Instant::now();
+    let threads = options.threads.max(1);
+    let canonical = |s: &M::State| {
+        if options.symmetry {
+            model.canonical(s)
+        } else {
+            s.clone()
+        }
+    };
+    let mut visited: Vec<FingerprintMap> = (0..SHARDS).map(|_| FingerprintMap::default()).collect();
+    let mut frontier: Vec<(u64, M::State)> = Vec::new();
+    for init in model.init_states() {
+        let state = canonical(&init);
+        let fp = fingerprint(&state);
+        if visited[shard_of(fp)].insert(fp, 0).is_none() {
+            frontier.push((fp, state));
+        }
+    }
+    let clause_count = model.clause_count();
+    // First violation of each clause: (depth, fingerprint of the violating state).
+    let mut first: Vec<Option<u64>> = vec![None; clause_count];
+    let mut unique_states = frontier.len() as u64;
+    let mut transitions = 0u64;
+    let mut depth = 0u32;
+    let mut cutoff: Option<Cutoff> = None;
+    let timed_out = AtomicBool::new(false);
+
+    while !frontier.is_empty() {
+        if options.limits.max_depth.is_some_and(|max| depth > max) {
+            cutoff = Some(Cutoff::Depth(depth - 1));
+            break;
+        }
+        let chunks = frontier.len().div_ceil(CHUNK);
+        let outputs: Vec<Mutex<Option<ChunkOut<M::State>>>> =
+            (0..chunks).map(|_| Mutex::new(None)).collect();
+        let next_chunk = AtomicUsize::new(0);
+        let expand = || loop {
+            let c = next_chunk.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks {
+                break;
+            }
+            if options.limits.timeout.is_some_and(|t| start.elapsed() >= t) {
+                timed_out.store(true, Ordering::Relaxed);
+                break;
+            }
+            let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.len());
+            let out = expand_chunk(model, &canonical, &visited, &frontier, range);
+            *outputs[c].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+        };
+        run_parallel(threads, &expand);
+        if timed_out.load(Ordering::Relaxed) {
+            cutoff = Some(Cutoff::Time(start.elapsed()));
+            break;
+        }
+        let outputs: Vec<ChunkOut<M::State>> = outputs
+            .into_iter()
+            .map(|m| {
+                m.into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .expect("every chunk was expanded")
+            })
+            .collect();
+
+        for out in &outputs {
+            transitions += out.transitions;
+            for &(clause, index) in &out.violations {
+                if first[clause].is_none() {
+                    first[clause] = Some(frontier[index].0);
+                }
+            }
+            if cutoff.is_none() {
+                if let Some((_, action)) = &out.no_progress {
+                    cutoff = Some(Cutoff::PossibleCycle {
+                        action: action.clone(),
+                        depth,
+                    });
+                }
+            }
+        }
+
+        // Merge: each shard takes its candidates from every chunk, in frontier order.
+        let mut per_shard: Vec<Vec<Vec<Candidate<M::State>>>> = (0..SHARDS)
+            .map(|_| Vec::with_capacity(outputs.len()))
+            .collect();
+        for out in outputs {
+            for (shard, candidates) in out.per_shard.into_iter().enumerate() {
+                per_shard[shard].push(candidates);
+            }
+        }
+        let merged: Vec<Vec<(u64, M::State)>> = merge_shards(threads, &mut visited, per_shard);
+        frontier = merged.into_iter().flatten().collect();
+        unique_states += frontier.len() as u64;
+        if !frontier.is_empty() {
+            depth += 1;
+        }
+        if let Some(max) = options.limits.max_states {
+            if unique_states > max && !frontier.is_empty() {
+                cutoff = Some(Cutoff::States(max));
+                break;
+            }
+        }
+    }
+
+    let mut counterexamples = Vec::new();
+    for (clause, fp) in first.iter().enumerate() {
+        if let Some(fp) = fp {
+            let path = replay::path_to(&visited, *fp);
+            let replayed = replay::replay_fingerprints(model, &path, options.symmetry, clause)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "checker bug: counterexample for {} did not replay: {e}",
+                        model.clause_name(clause)
+                    )
+                });
+            counterexamples.push(Counterexample {
+                clause,
+                name: model.clause_name(clause),
+                kind: model.clause_kind(clause),
+                initial: replayed.0,
+                steps: replayed.1,
+            });
+        }
+    }
+    let verdict = match (&counterexamples.is_empty(), &cutoff) {
+        (false, _) => Verdict::Violated,
+        (true, Some(c)) => Verdict::Inconclusive(c.clone()),
+        (true, None) => Verdict::Holds,
+    };
+    Report {
+        verdict,
+        counterexamples,
+        cutoff,
+        unique_states,
+        transitions,
+        max_depth: depth,
+        elapsed: start.elapsed(),
+    }
+}
+
+fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
+    if threads == 1 {
+        work();
+        return;
+    }
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(work);
+        }
+    });
+}
+
+fn expand_chunk<M>(
+    model: &M,
+    canonical: &(impl Fn(&M::State) -> M::State + Sync),
+    visited: &[FingerprintMap],
+    frontier: &[(u64, M::State)],
+    range: std::ops::Range<usize>,
+) -> ChunkOut<M::State>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let clause_count = model.clause_count();
+    let mut out = ChunkOut {
+        per_shard: (0..SHARDS).map(|_| Vec::new()).collect(),
+        violations: Vec::new(),
+        no_progress: None,
+        transitions: 0,
+    };
+    let mut seen_clause = vec![false; clause_count];
+    let mut actions = Vec::new();
+    for index in range {
+        let (fp, state) = &frontier[index];
+        let mut safe = true;
+        for clause in 0..clause_count {
+            if model.clause_kind(clause) == Kind::Safety && !model.clause_holds(clause, state) {
+                safe = false;
+                if !seen_clause[clause] {
+                    seen_clause[clause] = true;
+                    out.violations.push((clause, index));
+                }
+            }
+        }
+        if !safe {
+            continue;
+        }
+        actions.clear();
+        model.actions(state, &mut actions);
+        let progress = model.progress(state);
+        let mut successors = 0;
+        for action in actions.drain(..) {
+            let Some(next) = model.next_state(state, action.clone()) else {
+                continue;
+            };
+            successors += 1;
+            if model.progress(&next) <= progress && out.no_progress.is_none() {
+                out.no_progress = Some((index, model.format_action(&action)));
+            }
+            let next = canonical(&next);
+            let next_fp = fingerprint(&next);
+            let shard = shard_of(next_fp);
+            if !visited[shard].contains_key(&next_fp) {
+                out.per_shard[shard].push(Candidate {
+                    fp: next_fp,
+                    parent: *fp,
+                    state: next,
+                });
+            }
+        }
+        out.transitions += successors;
+        if successors == 0 {
+            for clause in 0..clause_count {
+                if model.clause_kind(clause) == Kind::Liveness
+                    && !model.clause_holds(clause, state)
+                    && !seen_clause[clause]
+                {
+                    seen_clause[clause] = true;
+                    out.violations.push((clause, index));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Inserts each shard's candidates into the visited set, first come first served in
+/// frontier order; returns each shard's new states in that order.
+fn merge_shards<S: Send>(
+    threads: usize,
+    visited: &mut [FingerprintMap],
+    per_shard: Vec<Vec<Vec<Candidate<S>>>>,
+) -> Vec<Vec<(u64, S)>> {
+    let work: Vec<Mutex<Option<(&mut FingerprintMap, Vec<Vec<Candidate<S>>>)>>> = visited
+        .iter_mut()
+        .zip(per_shard)
+        .map(|pair| Mutex::new(Some(pair)))
+        .collect();
+    let results: Vec<Mutex<Vec<(u64, S)>>> = (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect();
+    let next = AtomicUsize::new(0);
+    let merge = || loop {
+        let shard = next.fetch_add(1, Ordering::Relaxed);
+        if shard >= SHARDS {
+            break;
+        }
+        let Some((map, chunks)) = work[shard].lock().unwrap_or_else(|e| e.into_inner()).take()
+        else {
+            continue;
+        };
+        let mut fresh = Vec::new();
+        for candidate in chunks.into_iter().flatten() {
+            if let std::collections::hash_map::Entry::Vacant(slot) = map.entry(candidate.fp) {
+                slot.insert(candidate.parent);
+                fresh.push((candidate.fp, candidate.state));
+            }
+        }
+        *results[shard].lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+    };
+    run_parallel(threads, &merge);
+    results
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
+}

@@ -1,0 +1,445 @@
+//! What one contract scenario fixes: topology, connector and scheduler behaviours, and
+//! which faults may happen. Spec files deserialize straight into [`Config`]; every field
+//! is named after the vLLM behaviour it selects (contracts.md §2–§9).
+
+use serde::{Deserialize, Serialize};
+
+/// The most requests a model tracks at once. Requests are independent except through the
+/// shared aggregators and engine steps, which is where the interesting interleavings are.
+pub const MAX_REQUESTS: usize = 3;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    pub prefill: Prefill,
+    pub decode: Decode,
+    /// Requests in flight (1–3).
+    pub requests: u8,
+    /// vLLM's `max_concurrent_batches`: with 2 (async scheduling or PP) a worker learns of
+    /// a request finished in step k only at step k+1.
+    #[serde(default = "one")]
+    pub max_concurrent_batches: u8,
+    /// What the connector's `get_finished_count()` returns; `E` of both aggregators.
+    pub expected_count: ExpectedCount,
+    /// A count a worker output announces later (`expected_finished_count`), if any.
+    #[serde(default)]
+    pub announced_count: Option<ExpectedCount>,
+    #[serde(default)]
+    pub policy: AggregatorPolicy,
+    #[serde(default)]
+    pub connector: Connector,
+    #[serde(default)]
+    pub producer: Producer,
+    #[serde(default)]
+    pub consumer: Consumer,
+    #[serde(default)]
+    pub scheduler: Scheduler,
+    #[serde(default)]
+    pub faults: Faults,
+}
+
+fn one() -> u8 {
+    1
+}
+
+/// The prefill instance P.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Prefill {
+    pub tp: u16,
+    #[serde(default = "one_u16")]
+    pub pp: u16,
+    #[serde(default = "one_u16")]
+    pub pcp: u16,
+    /// Decode context parallelism, carved out of TP.
+    #[serde(default = "one_u16")]
+    pub dcp: u16,
+    #[serde(default)]
+    pub layout: PcpLayout,
+    #[serde(default)]
+    pub attention: Attention,
+    /// P also loads KV before prefilling (a `kv_both` role, or the offloading child's CPU
+    /// loads): every worker loads its own copy and reports `finished_recving`.
+    #[serde(default)]
+    pub loads_kv: bool,
+}
+
+fn one_u16() -> u16 {
+    1
+}
+
+/// The decode instance D.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Decode {
+    pub tp: u16,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PcpLayout {
+    /// Every PCP rank holds an equivalent copy; only PCP rank 0 serves reads.
+    #[default]
+    Replicated,
+    /// PCP+DCP: every PCP rank serves its own slice and reports real completions.
+    Sharded,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attention {
+    /// KV heads split across TP: a D rank reads a head slice from each P rank it covers.
+    #[default]
+    Dense,
+    /// KV replicated across TP: a D rank reads one P rank and notifies the rest.
+    Mla,
+}
+
+/// `get_finished_count()`, evaluated on each engine's own topology.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExpectedCount {
+    /// The connector returns None: the aggregator falls back to `world_size`.
+    WorldSize,
+    /// `world_size // pcp_size` (= TP × PP): #52779's count, and the alternative fix
+    /// discussed on #59325.
+    WorldSizeOverPcp,
+    /// A fixed number on every engine.
+    Fixed(u16),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AggregatorPolicy {
+    #[default]
+    Countdown,
+    Strict,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Connector {
+    /// The NIXL connector alone.
+    #[default]
+    Nixl,
+    /// MultiConnector(NIXL, an offloading child): the child's count is None, it delays the
+    /// free per worker until its CPU store finishes, and reports loads on every worker.
+    MultiOffload,
+}
+
+/// The P-side worker behaviour of the connector.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Producer {
+    /// What replicated PCP ranks > 0 report.
+    pub replicated_reports: ReplicatedReports,
+    /// The connector clears replicated ranks' sends (#52779's clear, carried over by #53781).
+    pub clear_replicated: bool,
+    /// A lease (`kv_lease_duration`) per P rank: expiry reports the request as sent.
+    pub lease: bool,
+    pub mla_notify: MlaNotify,
+}
+
+impl Default for Producer {
+    fn default() -> Self {
+        Producer {
+            replicated_reports: ReplicatedReports::Synthetic,
+            clear_replicated: false,
+            lease: true,
+            mla_notify: MlaNotify::EveryCoveredRank,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicatedReports {
+    /// Silent (#52779).
+    Nothing,
+    /// A synthetic done for each request they were asked to send, at `start_load_kv`
+    /// (#53903).
+    Synthetic,
+    /// A synthetic done for every request in their batch, sent or not: a broken twin.
+    SyntheticOnBatch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MlaNotify {
+    /// Only the P rank actually read is notified.
+    ReadRanksOnly,
+    /// Every P rank the D rank covers gets a notification (notify-only for unread ones).
+    EveryCoveredRank,
+}
+
+/// The D-side worker behaviour of the connector.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Consumer {
+    pub failed_handle: FailedHandle,
+    pub prefix_hit: PrefixHit,
+    pub failed_load: FailedLoad,
+}
+
+impl Default for Consumer {
+    fn default() -> Self {
+        Consumer {
+            failed_handle: FailedHandle::AfterAllStopped,
+            prefix_hit: PrefixHit::Off,
+            failed_load: FailedLoad::Reported,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailedHandle {
+    /// Report failed+finished as soon as one handle fails (before #56104).
+    FirstError,
+    /// Report only once every handle of the request has stopped (#56104).
+    AfterAllStopped,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrefixHit {
+    /// Requests never hit the local prefix cache fully.
+    Off,
+    /// A full hit notifies P and is reported as received (#56640).
+    Reported,
+    /// A full hit notifies P but is never reported as received (before #56640).
+    Unreported,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailedLoad {
+    /// A failed load is reported in `failed_recving`.
+    Reported,
+    /// A failed load is only logged and reported as a plain `finished_recving`.
+    LoggedOnly,
+}
+
+/// Scheduler behaviour (v1/core/sched/scheduler.py).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Scheduler {
+    pub abort_finished: AbortFinished,
+    pub abort_loading: AbortLoading,
+    pub stepping: Stepping,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler {
+            abort_finished: AbortFinished::Ignore,
+            abort_loading: AbortLoading::DelayFree,
+            stepping: Stepping::KeepStepping,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbortFinished {
+    /// Aborting a delay-freed request is a no-op: its blocks wait for the connector.
+    Ignore,
+    /// Aborting a delay-freed request frees its blocks at once.
+    Free,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbortLoading {
+    /// An aborted loader keeps its blocks until its `finished_recving` arrives.
+    DelayFree,
+    /// An aborted loader's blocks are freed at once.
+    FreeAtOnce,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stepping {
+    /// The engine keeps stepping while it holds delay-freed or waiting requests.
+    KeepStepping,
+    /// The engine steps only while it has requests to run.
+    Idle,
+}
+
+/// Faults the checker may inject; each adds nondeterministic actions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Faults {
+    /// The client aborts a request at any point.
+    #[serde(default)]
+    pub client_abort: bool,
+    /// A D read's notification to P is lost.
+    #[serde(default)]
+    pub lost_notification: bool,
+    /// D crashes before reading a request.
+    #[serde(default)]
+    pub decoder_never_reads: bool,
+    /// A lease expires while D's read is merely late.
+    #[serde(default)]
+    pub late_read_after_lease: bool,
+    /// A D rank's handshake with P fails.
+    #[serde(default)]
+    pub handshake_failure: bool,
+    /// One read handle fails mid-transfer.
+    #[serde(default)]
+    pub transfer_error: bool,
+    /// One engine step loses the output rank's output (once per engine).
+    #[serde(default)]
+    pub missing_output_rank: bool,
+}
+
+/// A topology or behaviour combination that cannot exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The field path, e.g. `prefill.pcp`.
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl Config {
+    /// Rejects impossible topologies and contradictory behaviours.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |field: &str, message: String| {
+            Err(ConfigError {
+                field: field.to_string(),
+                message,
+            })
+        };
+        let p = &self.prefill;
+        for (field, value) in [
+            ("prefill.tp", p.tp),
+            ("prefill.pp", p.pp),
+            ("prefill.pcp", p.pcp),
+            ("prefill.dcp", p.dcp),
+            ("decode.tp", self.decode.tp),
+        ] {
+            if value == 0 {
+                return err(field, "must be at least 1".into());
+            }
+            if value > 16 {
+                return err(
+                    field,
+                    format!("{value} is beyond what kvcc models (at most 16)"),
+                );
+            }
+        }
+        if p.tp % p.dcp != 0 {
+            return err(
+                "prefill.dcp",
+                format!(
+                    "dcp {} must divide tp {} (DCP is carved out of TP)",
+                    p.dcp, p.tp
+                ),
+            );
+        }
+        if p.layout == PcpLayout::Sharded && p.dcp != p.pcp {
+            return err(
+                "prefill.layout",
+                format!(
+                    "a sharded layout needs dcp == pcp (PCP+DCP), got pcp {} and dcp {}",
+                    p.pcp, p.dcp
+                ),
+            );
+        }
+        let world = u32::from(p.tp) * u32::from(p.pp) * u32::from(p.pcp);
+        if world > 64 {
+            return err(
+                "prefill",
+                format!("world size {world} is beyond what kvcc models (at most 64)"),
+            );
+        }
+        let (big, small) = (p.tp.max(self.decode.tp), p.tp.min(self.decode.tp));
+        if big % small != 0 {
+            return err(
+                "decode.tp",
+                format!(
+                    "P tp {} and D tp {} must divide one another",
+                    p.tp, self.decode.tp
+                ),
+            );
+        }
+        if self.requests == 0 || usize::from(self.requests) > MAX_REQUESTS {
+            return err(
+                "requests",
+                format!("must be 1 to {MAX_REQUESTS}, got {}", self.requests),
+            );
+        }
+        if !(1..=2).contains(&self.max_concurrent_batches) {
+            return err(
+                "max-concurrent-batches",
+                format!("must be 1 or 2, got {}", self.max_concurrent_batches),
+            );
+        }
+        for (field, count) in [
+            ("expected-count", Some(self.expected_count)),
+            ("announced-count", self.announced_count),
+        ] {
+            if count == Some(ExpectedCount::Fixed(0)) {
+                return err(
+                    field,
+                    "a fixed count must be at least 1 (0 means None in vLLM)".into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn base() -> Config {
+        Config {
+            prefill: Prefill {
+                tp: 1,
+                pp: 1,
+                pcp: 2,
+                dcp: 1,
+                layout: PcpLayout::Replicated,
+                attention: Attention::Dense,
+                loads_kv: false,
+            },
+            decode: Decode { tp: 1 },
+            requests: 1,
+            max_concurrent_batches: 1,
+            expected_count: ExpectedCount::WorldSize,
+            announced_count: None,
+            policy: AggregatorPolicy::Countdown,
+            connector: Connector::Nixl,
+            producer: Producer::default(),
+            consumer: Consumer::default(),
+            scheduler: Scheduler::default(),
+            faults: Faults::default(),
+        }
+    }
+
+    #[test]
+    fn impossible_topologies_name_their_field() {
+        let mut c = base();
+        c.prefill.pcp = 0;
+        assert_eq!(c.validate().unwrap_err().field, "prefill.pcp");
+        let mut c = base();
+        c.prefill.layout = PcpLayout::Sharded;
+        assert_eq!(c.validate().unwrap_err().field, "prefill.layout");
+        let mut c = base();
+        c.prefill.tp = 4;
+        c.decode.tp = 3;
+        assert_eq!(c.validate().unwrap_err().field, "decode.tp");
+        let mut c = base();
+        c.requests = 4;
+        assert_eq!(c.validate().unwrap_err().field, "requests");
+        assert!(base().validate().is_ok());
+    }
+}

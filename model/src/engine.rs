@@ -1,0 +1,191 @@
+//! One engine step (contracts.md §3): the scheduler's metadata reaches every worker, each
+//! worker returns its completion sets, the executor hands all of them to the aggregator
+//! in rank order, and the scheduler acts on what the aggregator emits.
+
+use crate::config::{AggregatorPolicy, Config};
+use crate::state::{
+    DecodeCell, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
+};
+use crate::{decoder, rank, scheduler};
+use kvcc_aggregator::{Direction, StepOutcome, ViolationKind, WorkerOutput};
+
+/// The output rank: its output carries the aggregated result back to the scheduler.
+pub const OUTPUT_RANK: u16 = 0;
+
+/// Advances metadata by one step; returns the requests whose metadata arrives now.
+fn advance(meta: &mut Metadata) -> bool {
+    match *meta {
+        Metadata::Due(1) => {
+            *meta = Metadata::Delivered;
+            true
+        }
+        Metadata::Due(n) => {
+            *meta = Metadata::Due(n - 1);
+            false
+        }
+        _ => false,
+    }
+}
+
+/// A P engine step. `output_lost`: the output rank's output is missing, so the whole
+/// step's reports are dropped. `announce`: the output rank announces a new count.
+pub fn prefill_step(config: &Config, state: &mut State, output_lost: bool, announce: bool) {
+    for r in 0..state.request_count() as RequestId {
+        if advance(&mut state.requests[usize::from(r)].send_meta) {
+            rank::receive_send_metadata(config, state, r);
+        }
+    }
+    rank::mark_batch_synthetic(config, state);
+
+    let mut outputs = Vec::new();
+    for worker in 0..state.topology().prefill_world {
+        let mut output = WorkerOutput::empty(worker);
+        for r in 0..state.request_count() as RequestId {
+            if rank::ready_to_report(state, worker, r) {
+                state.prefill_cell_mut(worker, r).send = SendPhase::Reported;
+                if !rank::cleared(config, state, worker) {
+                    output.finished_sending.insert(r);
+                }
+            }
+            let cell = state.prefill_cell_mut(worker, r);
+            if cell.load == LoadPhase::Done {
+                cell.load = LoadPhase::Reported;
+                output.finished_recving.insert(r);
+            }
+        }
+        for &r in &output.finished_sending {
+            let delayed = matches!(
+                state.requests[usize::from(r)].prefill,
+                PrefillPhase::DelayFreed | PrefillPhase::Released | PrefillPhase::AbortFreed
+            );
+            if !delayed {
+                state.incidents.set(Incidents::SEND_WITHOUT_DELAY);
+            }
+        }
+        if worker == OUTPUT_RANK && announce {
+            output.expected_finished_count = state.topology().prefill_announced.unwrap_or(0);
+        }
+        if !(worker == OUTPUT_RANK && output_lost) {
+            outputs.push(output);
+        }
+    }
+    if output_lost {
+        state.once |= State::ONCE_PREFILL_OUTPUT_LOST;
+    }
+    if announce {
+        state.once |= State::ONCE_COUNT_ANNOUNCED;
+    }
+    let outcome = aggregate(config, state, &outputs, Engine::Prefill);
+    scheduler::on_prefill_outcome(state, &outcome);
+}
+
+/// A D engine step.
+pub fn decode_step(config: &Config, state: &mut State, output_lost: bool) {
+    for r in 0..state.request_count() as RequestId {
+        if advance(&mut state.requests[usize::from(r)].recv_meta) {
+            for d in 0..state.topology().decode_world {
+                decoder::receive_load_metadata(config, state, d, r);
+            }
+        }
+    }
+    let mut outputs = Vec::new();
+    for worker in 0..state.topology().decode_world {
+        let mut output = WorkerOutput::empty(worker);
+        for r in 0..state.request_count() as RequestId {
+            if let DecodeCell::Done { failed } = state.decode_cell(worker, r) {
+                *state.decode_cell_mut(worker, r) = DecodeCell::Reported;
+                output.finished_recving.insert(r);
+                if failed {
+                    output.failed_recving.insert(r);
+                }
+            }
+        }
+        if !(worker == OUTPUT_RANK && output_lost) {
+            outputs.push(output);
+        }
+    }
+    if output_lost {
+        state.once |= State::ONCE_DECODE_OUTPUT_LOST;
+    }
+    let outcome = aggregate(config, state, &outputs, Engine::Decode);
+    scheduler::on_decode_outcome(state, &outcome);
+}
+
+#[derive(Clone, Copy)]
+enum Engine {
+    Prefill,
+    Decode,
+}
+
+/// Runs the real aggregator and records what the contract monitors need: reports counted
+/// for ids already emitted, and Strict's refusals.
+fn aggregate(
+    config: &Config,
+    state: &mut State,
+    outputs: &[WorkerOutput<RequestId>],
+    engine: Engine,
+) -> StepOutcome<RequestId> {
+    let output_present = outputs.iter().any(|o| o.rank == OUTPUT_RANK);
+    if config.policy == AggregatorPolicy::Countdown
+        && output_present
+        && overflows(state, outputs, engine)
+    {
+        state.incidents.set(Incidents::REOPENED);
+    }
+    let aggregator = match engine {
+        Engine::Prefill => &mut state.prefill_aggregator,
+        Engine::Decode => &mut state.decode_aggregator,
+    };
+    let outcome = aggregator.aggregate(outputs, OUTPUT_RANK);
+    for violation in &outcome.violations {
+        state.incidents.set(match violation.kind {
+            ViolationKind::DuplicateReport => Incidents::STRICT_DUPLICATE,
+            ViolationKind::ReportAfterEmission => Incidents::STRICT_AFTER_EMISSION,
+            ViolationKind::ReportBeyondExpected => Incidents::STRICT_BEYOND_EXPECTED,
+            ViolationKind::Unannounced => Incidents::STRICT_UNANNOUNCED,
+        });
+    }
+    outcome
+}
+
+/// Would `outputs` give some countdown more reports than it has room for? Countdown
+/// cannot tell by itself: a report past zero silently opens a fresh entry.
+fn overflows(state: &State, outputs: &[WorkerOutput<RequestId>], engine: Engine) -> bool {
+    let aggregator = match engine {
+        Engine::Prefill => &state.prefill_aggregator,
+        Engine::Decode => &state.decode_aggregator,
+    };
+    // The output rank's announcement is counted first, so it applies to the whole step.
+    let expected = outputs
+        .iter()
+        .map(|o| o.expected_finished_count)
+        .find(|&count| count > 0)
+        .unwrap_or(aggregator.expected());
+    emitted_bits(engine).into_iter().any(|(direction, bit)| {
+        (0..state.request_count() as RequestId).any(|r| {
+            let reports = outputs
+                .iter()
+                .filter(|o| o.finished(direction).contains(&r))
+                .count() as u32;
+            let room = match aggregator.remaining(direction, &r) {
+                Some(remaining) => remaining,
+                None if bit != 0 && state.requests[usize::from(r)].emitted & bit != 0 => 0,
+                None => expected,
+            };
+            reports > room
+        })
+    })
+}
+
+fn emitted_bits(engine: Engine) -> [(Direction, u8); 2] {
+    match engine {
+        Engine::Prefill => [
+            (Direction::Sending, Request::EMITTED_SEND),
+            (Direction::Recving, Request::EMITTED_LOAD),
+        ],
+        Engine::Decode => [
+            (Direction::Sending, 0),
+            (Direction::Recving, Request::EMITTED_RECV),
+        ],
+    }
+}

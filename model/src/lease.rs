@@ -1,0 +1,48 @@
+//! P-side leases (`kv_lease_duration`, contracts.md §6).
+//!
+//! A lease is armed when the send metadata reaches a transfer rank and is extended by D's
+//! heartbeats while D still holds the request waiting. The model has no clock: a lease
+//! may expire at any moment once nothing keeps it alive, which covers every timing of the
+//! real timer. With the `late-read-after-lease` fault it may also expire while D is merely
+//! slow, which is the race the real timer leaves open.
+
+use crate::config::Config;
+use crate::state::RequestId;
+use crate::state::{DecodeCell, DecodePhase, HandlePhase, SendPhase, State};
+use kvcc_aggregator::Rank;
+
+/// May `rank`'s lease on `r` expire now?
+pub fn may_expire(config: &Config, state: &State, rank: Rank, r: RequestId) -> bool {
+    config.producer.lease
+        && state.prefill_cell(rank, r).send == SendPhase::ToSend
+        && (config.faults.late_read_after_lease || !d_keeps_alive(state, rank, r))
+}
+
+/// Does D still have reads or notifications for `rank` coming? Then its heartbeats keep
+/// the lease alive.
+fn d_keeps_alive(state: &State, rank: Rank, r: RequestId) -> bool {
+    let topology = state.topology();
+    let in_flight = topology.handles_reading(rank).any(|h| {
+        matches!(
+            state.handle(h, r),
+            HandlePhase::NotPosted | HandlePhase::Handshaking | HandlePhase::Reading
+        ) && matches!(
+            state.decode_cell(topology.handles[h].decoder, r),
+            DecodeCell::Idle | DecodeCell::Loading
+        ) || state.handle(h, r) == HandlePhase::Reading
+    });
+    let notify_pending = topology.notify_only.iter().any(|n| {
+        n.source == rank
+            && matches!(
+                state.decode_cell(n.decoder, r),
+                DecodeCell::Idle | DecodeCell::Loading
+            )
+    });
+    match state.requests[usize::from(r)].decode {
+        DecodePhase::Pending => true,
+        DecodePhase::Loading | DecodePhase::AbortedLoading => in_flight || notify_pending,
+        _ => topology
+            .handles_reading(rank)
+            .any(|h| state.handle(h, r) == HandlePhase::Reading),
+    }
+}

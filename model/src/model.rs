@@ -1,0 +1,365 @@
+//! The completion-contract model: P and D engines, their workers, one real aggregator
+//! each, D's reads and notifications, leases, aborts and faults (contracts.md; vLLM PRs
+//! #52779, #53903, #53781, #59325, #56104, #56640).
+//!
+//! `actions` pushes every guarded action in a fixed order; `next_state` clones the state
+//! and applies one action through the domain modules ([`crate::rank`],
+//! [`crate::decoder`], [`crate::lease`], [`crate::scheduler`], [`crate::engine`]). An
+//! action that would change nothing is not a transition (stuttering is invisible to every
+//! property), which keeps the state graph acyclic.
+
+use crate::config::{Config, PrefixHit};
+use crate::properties::{Kind, CLAUSES};
+use crate::state::{
+    DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
+    PrefillPhase, Request, RequestId, SendPhase, Shape, State, StorePhase,
+};
+use crate::topology::Topology;
+use crate::{decoder, engine, lease, scheduler};
+use kvcc_aggregator::{Aggregator, Policy, Rank};
+use std::sync::Arc;
+
+/// Everything that can happen, named as in vLLM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// P finishes prefilling: `request_finished` returns True and the free is delayed.
+    PrefillFinishes(RequestId),
+    /// A P worker finishes loading its own copy of a request's KV.
+    PrefillWorkerLoads { rank: Rank, request: RequestId },
+    /// The offloading child's CPU store finishes on a P worker.
+    OffloadStoreCompletes { rank: Rank, request: RequestId },
+    /// A P engine step: metadata reaches the workers, their outputs are aggregated, the
+    /// scheduler frees what is emitted. Faults: the output rank's output is lost;
+    /// the output rank announces a new `expected_finished_count`.
+    PrefillEngineSteps {
+        output_lost: bool,
+        announces_count: bool,
+    },
+    /// A P rank's lease on a request expires: it reports the request as sent.
+    LeaseExpires { rank: Rank, request: RequestId },
+    /// D admits a request and waits for remote KV (or hits its whole prefix locally).
+    DecodeAdmits {
+        request: RequestId,
+        prefix_hit: bool,
+    },
+    /// D crashes before reading a request.
+    DecoderCrashes(RequestId),
+    /// A D rank's handshake with P finishes.
+    HandshakeCompletes {
+        decoder: Rank,
+        request: RequestId,
+        ok: bool,
+    },
+    /// A read handle completes and notifies its P rank (unless the notification is lost).
+    ReadCompletes {
+        handle: u16,
+        request: RequestId,
+        notification_lost: bool,
+    },
+    /// A read handle fails mid-transfer.
+    ReadFails { handle: u16, request: RequestId },
+    /// A D engine step: metadata reaches the workers, their outputs are aggregated, the
+    /// scheduler wakes what is emitted. Fault: the output rank's output is lost.
+    DecodeEngineSteps { output_lost: bool },
+    /// The client aborts a request (both schedulers hear of it).
+    ClientAborts(RequestId),
+}
+
+/// One contract scenario, ready to explore.
+#[derive(Clone, Debug)]
+pub struct ContractModel {
+    pub config: Config,
+    pub topology: Arc<Topology>,
+}
+
+impl ContractModel {
+    /// A model of a validated config.
+    pub fn new(config: Config) -> ContractModel {
+        let topology = Arc::new(Topology::new(&config));
+        ContractModel { config, topology }
+    }
+
+    pub fn initial_state(&self) -> State {
+        let c = &self.config;
+        let t = &self.topology;
+        let n = usize::from(c.requests);
+        let policy = match c.policy {
+            crate::config::AggregatorPolicy::Countdown => Policy::Countdown,
+            crate::config::AggregatorPolicy::Strict => Policy::Strict,
+        };
+        let mut prefill_aggregator = Aggregator::new(policy, t.prefill_expected);
+        let cell = PrefillCell {
+            notifications: 0,
+            send: SendPhase::InBatch,
+            store: StorePhase::NotUsed,
+            load: if c.prefill.loads_kv {
+                LoadPhase::Loading
+            } else {
+                LoadPhase::NotUsed
+            },
+        };
+        let phase = if c.prefill.loads_kv {
+            PrefillPhase::LoadingKv
+        } else {
+            PrefillPhase::Prefilling
+        };
+        if c.prefill.loads_kv {
+            for r in 0..n as RequestId {
+                prefill_aggregator.announce(kvcc_aggregator::Direction::Recving, r);
+            }
+        }
+        State {
+            requests: vec![
+                Request {
+                    prefill: phase,
+                    decode: DecodePhase::Pending,
+                    send_meta: Metadata::NotQueued,
+                    recv_meta: Metadata::NotQueued,
+                    prefix_hit: false,
+                    aborted: false,
+                    emitted: 0,
+                };
+                n
+            ],
+            prefill: vec![cell; usize::from(t.prefill_world) * n],
+            handles: vec![HandlePhase::NotPosted; t.handles.len() * n],
+            decode: vec![DecodeCell::Idle; usize::from(t.decode_world) * n],
+            prefill_aggregator,
+            decode_aggregator: Aggregator::new(policy, t.decode_expected),
+            incidents: Incidents::default(),
+            once: 0,
+            shape: Shape(self.topology.clone()),
+        }
+    }
+
+    /// Every action enabled in `state`, in a fixed order.
+    pub fn enabled_actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let c = &self.config;
+        let t = &self.topology;
+        let faults = &c.faults;
+        let requests = 0..state.request_count() as RequestId;
+        for r in requests.clone() {
+            let q = &state.requests[usize::from(r)];
+            if q.prefill == PrefillPhase::Prefilling {
+                actions.push(Action::PrefillFinishes(r));
+            }
+            for rank in 0..t.prefill_world {
+                let cell = state.prefill_cell(rank, r);
+                if cell.load == LoadPhase::Loading {
+                    actions.push(Action::PrefillWorkerLoads { rank, request: r });
+                }
+                if cell.store == StorePhase::Storing {
+                    actions.push(Action::OffloadStoreCompletes { rank, request: r });
+                }
+                if lease::may_expire(c, state, rank, r) {
+                    actions.push(Action::LeaseExpires { rank, request: r });
+                }
+            }
+            let p_finished = matches!(
+                q.prefill,
+                PrefillPhase::DelayFreed | PrefillPhase::Released | PrefillPhase::AbortFreed
+            );
+            if q.decode == DecodePhase::Pending && p_finished {
+                actions.push(Action::DecodeAdmits {
+                    request: r,
+                    prefix_hit: false,
+                });
+                if c.consumer.prefix_hit != PrefixHit::Off {
+                    actions.push(Action::DecodeAdmits {
+                        request: r,
+                        prefix_hit: true,
+                    });
+                }
+                if faults.decoder_never_reads {
+                    actions.push(Action::DecoderCrashes(r));
+                }
+            }
+            for decoder in 0..t.decode_world {
+                let mut handles = t.handles_of(decoder);
+                if handles.all(|h| state.handle(h, r) == HandlePhase::Handshaking)
+                    && t.handles_of(decoder).next().is_some()
+                {
+                    actions.push(Action::HandshakeCompletes {
+                        decoder,
+                        request: r,
+                        ok: true,
+                    });
+                    actions.push(Action::HandshakeCompletes {
+                        decoder,
+                        request: r,
+                        ok: false,
+                    });
+                }
+            }
+            for h in 0..t.handles.len() {
+                if state.handle(h, r) == HandlePhase::Reading {
+                    let handle = h as u16;
+                    actions.push(Action::ReadCompletes {
+                        handle,
+                        request: r,
+                        notification_lost: false,
+                    });
+                    if faults.lost_notification {
+                        actions.push(Action::ReadCompletes {
+                            handle,
+                            request: r,
+                            notification_lost: true,
+                        });
+                    }
+                    if faults.transfer_error {
+                        actions.push(Action::ReadFails { handle, request: r });
+                    }
+                }
+            }
+            if faults.client_abort && scheduler::abortable(state, r) {
+                actions.push(Action::ClientAborts(r));
+            }
+        }
+        if scheduler::prefill_steps(c, state) {
+            let lost = [
+                false,
+                faults.missing_output_rank && state.once & State::ONCE_PREFILL_OUTPUT_LOST == 0,
+            ];
+            let announce = [
+                false,
+                t.prefill_announced.is_some() && state.once & State::ONCE_COUNT_ANNOUNCED == 0,
+            ];
+            for output_lost in lost
+                .into_iter()
+                .enumerate()
+                .filter(|&(i, on)| i == 0 || on)
+                .map(|(_, on)| on)
+            {
+                for announces_count in announce
+                    .into_iter()
+                    .enumerate()
+                    .filter(|&(i, on)| i == 0 || on)
+                    .map(|(_, on)| on)
+                {
+                    actions.push(Action::PrefillEngineSteps {
+                        output_lost,
+                        announces_count,
+                    });
+                }
+            }
+        }
+        if scheduler::decode_steps(c, state) {
+            actions.push(Action::DecodeEngineSteps { output_lost: false });
+            if faults.missing_output_rank && state.once & State::ONCE_DECODE_OUTPUT_LOST == 0 {
+                actions.push(Action::DecodeEngineSteps { output_lost: true });
+            }
+        }
+    }
+
+    /// The state after `action`, or None when it would change nothing.
+    pub fn apply(&self, state: &State, action: Action) -> Option<State> {
+        let c = &self.config;
+        let mut next = state.clone();
+        match action {
+            Action::PrefillFinishes(r) => scheduler::finish_prefill(c, &mut next, r),
+            Action::PrefillWorkerLoads { rank, request } => {
+                next.prefill_cell_mut(rank, request).load = LoadPhase::Done
+            }
+            Action::OffloadStoreCompletes { rank, request } => {
+                next.prefill_cell_mut(rank, request).store = StorePhase::Stored
+            }
+            Action::PrefillEngineSteps {
+                output_lost,
+                announces_count,
+            } => engine::prefill_step(c, &mut next, output_lost, announces_count),
+            Action::LeaseExpires { rank, request } => {
+                next.prefill_cell_mut(rank, request).send = SendPhase::Done
+            }
+            Action::DecodeAdmits {
+                request,
+                prefix_hit,
+            } => scheduler::admit_decode(c, &mut next, request, prefix_hit),
+            Action::DecoderCrashes(r) => {
+                next.requests[usize::from(r)].decode = DecodePhase::Crashed
+            }
+            Action::HandshakeCompletes {
+                decoder,
+                request,
+                ok,
+            } => decoder::complete_handshake(c, &mut next, decoder, request, ok),
+            Action::ReadCompletes {
+                handle,
+                request,
+                notification_lost,
+            } => decoder::complete_read(
+                c,
+                &mut next,
+                usize::from(handle),
+                request,
+                notification_lost,
+            ),
+            Action::ReadFails { handle, request } => {
+                decoder::fail_read(c, &mut next, usize::from(handle), request)
+            }
+            Action::DecodeEngineSteps { output_lost } => {
+                engine::decode_step(c, &mut next, output_lost)
+            }
+            Action::ClientAborts(r) => scheduler::abort(c, &mut next, r),
+        }
+        (next != *state).then_some(next)
+    }
+}
+
+impl stateright::Model for ContractModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial_state()]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        // A state that breaks a safety clause is where the story ends: exploring past a
+        // double free or a crash tells a reviewer nothing more.
+        if CLAUSES
+            .iter()
+            .any(|c| c.kind == Kind::Safety && !(c.holds)(&self.config, state))
+        {
+            return;
+        }
+        self.enabled_actions(state, actions)
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        self.apply(state, action)
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        crate::describe::action(self, action)
+    }
+
+    fn properties(&self) -> Vec<stateright::Property<Self>> {
+        crate::stateright_properties::all()
+    }
+}
+
+impl crate::checker::Checkable for ContractModel {
+    fn canonical(&self, state: &State) -> State {
+        state.representative()
+    }
+
+    fn progress(&self, state: &State) -> u64 {
+        u64::from(state.progress())
+    }
+
+    fn clause_count(&self) -> usize {
+        CLAUSES.len()
+    }
+
+    fn clause_kind(&self, clause: usize) -> Kind {
+        CLAUSES[clause].kind
+    }
+
+    fn clause_name(&self, clause: usize) -> String {
+        format!("{}: {}", CLAUSES[clause].property, CLAUSES[clause].clause)
+    }
+
+    fn clause_holds(&self, clause: usize, state: &State) -> bool {
+        (CLAUSES[clause].holds)(&self.config, state)
+    }
+}

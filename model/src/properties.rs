@@ -1,0 +1,256 @@
+//! The completion contract (contracts.md §10), one named clause per way it can break.
+//!
+//! Safety clauses must hold in every reachable state. Liveness clauses are checked where
+//! a run ends: the checker proves every explored graph acyclic (each transition grows
+//! [`State::progress`]), so every fair run is finite and ends in a state with no enabled
+//! action, and an obligation still open there is pending forever.
+
+use crate::config::{Config, Connector};
+use crate::state::{
+    DecodePhase, HandlePhase, Incidents, LoadPhase, PrefillPhase, Request, RequestId, SendPhase,
+    State, StorePhase,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Must hold in every reachable state.
+    Safety,
+    /// Must hold in every state where a run ends.
+    Liveness,
+}
+
+/// One clause of a contract property.
+#[derive(Clone, Copy, Debug)]
+pub struct Clause {
+    /// The property, as specs cite it (`eventually-freed`).
+    pub property: &'static str,
+    /// Which part of it (`delay-freed-request-never-freed`).
+    pub clause: &'static str,
+    pub kind: Kind,
+    /// What the clause means, for reviewers.
+    pub meaning: &'static str,
+    pub holds: fn(&Config, &State) -> bool,
+}
+
+pub const PROPERTIES: [&str; 9] = [
+    "no-free-under-rdma",
+    "quorum-sound",
+    "exactly-once",
+    "report-provenance",
+    "recv-after-stable",
+    "count-conserved",
+    "eventually-freed",
+    "eventually-woken",
+    "aggregator-drains",
+];
+
+fn requests(state: &State) -> impl Iterator<Item = RequestId> {
+    0..state.request_count() as RequestId
+}
+
+fn no_incident(state: &State, bits: u16) -> bool {
+    state.incidents.0 & bits == 0
+}
+
+fn handles_of_request(state: &State, r: RequestId) -> impl Iterator<Item = HandlePhase> + '_ {
+    (0..state.topology().handles.len()).map(move |h| state.handle(h, r))
+}
+
+fn p_blocks_free_only_after_reads(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| {
+        let freed = matches!(
+            s.requests[usize::from(r)].prefill,
+            PrefillPhase::Released | PrefillPhase::AbortFreed
+        );
+        !(freed && s.reading(r))
+    })
+}
+
+fn d_blocks_free_only_after_writes(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| {
+        let released = matches!(
+            s.requests[usize::from(r)].decode,
+            DecodePhase::Failed | DecodePhase::Freed
+        );
+        !(released && s.reading(r))
+    })
+}
+
+fn sends_emitted_after_transfer_ranks(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| {
+        s.requests[usize::from(r)].emitted & Request::EMITTED_SEND == 0
+            || (0..s.topology().prefill_world)
+                .filter(|&k| s.topology().is_transfer(k))
+                .all(|k| {
+                    !matches!(
+                        s.prefill_cell(k, r).send,
+                        SendPhase::InBatch | SendPhase::ToSend
+                    )
+                })
+    })
+}
+
+fn sends_emitted_after_stores(c: &Config, s: &State) -> bool {
+    c.connector != Connector::MultiOffload
+        || requests(s).all(|r| {
+            s.requests[usize::from(r)].emitted & Request::EMITTED_SEND == 0
+                || (0..s.topology().prefill_world)
+                    .all(|k| s.prefill_cell(k, r).store != StorePhase::Storing)
+        })
+}
+
+fn recvs_emitted_after_decoders(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| {
+        let q = &s.requests[usize::from(r)];
+        q.emitted & Request::EMITTED_RECV == 0
+            || handles_of_request(s, r)
+                .all(|h| !matches!(h, HandlePhase::Handshaking | HandlePhase::Reading))
+                && (q.prefix_hit || handles_of_request(s, r).all(|h| h != HandlePhase::NotPosted))
+    })
+}
+
+fn loads_emitted_after_workers(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| {
+        s.requests[usize::from(r)].emitted & Request::EMITTED_LOAD == 0
+            || (0..s.topology().prefill_world)
+                .all(|k| s.prefill_cell(k, r).load != LoadPhase::Loading)
+    })
+}
+
+fn woken_after_handles(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| s.requests[usize::from(r)].decode != DecodePhase::Running || !s.reading(r))
+}
+
+fn failures_not_reported_as_success(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| {
+        s.requests[usize::from(r)].decode != DecodePhase::Running
+            || handles_of_request(s, r).all(|h| h != HandlePhase::Failed)
+    })
+}
+
+fn prefill_after_loads(_: &Config, s: &State) -> bool {
+    requests(s).all(|r| {
+        s.requests[usize::from(r)].prefill == PrefillPhase::LoadingKv
+            || (0..s.topology().prefill_world)
+                .all(|k| s.prefill_cell(k, r).load != LoadPhase::Loading)
+    })
+}
+
+fn no_delay_freed_left(_: &Config, s: &State) -> bool {
+    s.requests
+        .iter()
+        .all(|q| q.prefill != PrefillPhase::DelayFreed)
+}
+
+fn no_loader_left(_: &Config, s: &State) -> bool {
+    s.requests.iter().all(|q| q.decode != DecodePhase::Loading)
+}
+
+fn no_aborted_loader_left(_: &Config, s: &State) -> bool {
+    s.requests
+        .iter()
+        .all(|q| q.decode != DecodePhase::AbortedLoading)
+}
+
+fn no_prefill_load_left(_: &Config, s: &State) -> bool {
+    s.requests
+        .iter()
+        .all(|q| q.prefill != PrefillPhase::LoadingKv)
+}
+
+fn no_countdown_left(_: &Config, s: &State) -> bool {
+    s.prefill_aggregator.open_entries() - s.prefill_aggregator.pending_failed().len() == 0
+        && s.decode_aggregator.open_entries() - s.decode_aggregator.pending_failed().len() == 0
+}
+
+fn no_failure_left(_: &Config, s: &State) -> bool {
+    s.prefill_aggregator.pending_failed().is_empty()
+        && s.decode_aggregator.pending_failed().is_empty()
+}
+
+macro_rules! incident_free {
+    ($name:ident, $bits:expr) => {
+        fn $name(_: &Config, s: &State) -> bool {
+            no_incident(s, $bits)
+        }
+    };
+}
+incident_free!(no_double_emission, Incidents::EMITTED_TWICE);
+incident_free!(
+    no_unknown_emission,
+    Incidents::SEND_FOR_UNKNOWN | Incidents::RECV_FOR_UNKNOWN | Incidents::LOAD_FOR_UNKNOWN
+);
+incident_free!(no_send_without_delay, Incidents::SEND_WITHOUT_DELAY);
+incident_free!(no_unannounced_report, Incidents::STRICT_UNANNOUNCED);
+incident_free!(no_reopened_countdown, Incidents::REOPENED);
+incident_free!(no_duplicate_report, Incidents::STRICT_DUPLICATE);
+incident_free!(no_report_after_emission, Incidents::STRICT_AFTER_EMISSION);
+incident_free!(no_report_beyond_expected, Incidents::STRICT_BEYOND_EXPECTED);
+
+/// Every clause, safety first, in a fixed order (counterexamples are reported in it).
+pub const CLAUSES: &[Clause] = &[
+    Clause { property: "no-free-under-rdma", clause: "p-blocks-freed-under-read", kind: Kind::Safety,
+        meaning: "P freed a request's KV blocks while a D read of them was in flight", holds: p_blocks_free_only_after_reads },
+    Clause { property: "no-free-under-rdma", clause: "d-blocks-freed-under-write", kind: Kind::Safety,
+        meaning: "D released a request's blocks while RDMA was still writing into them", holds: d_blocks_free_only_after_writes },
+    Clause { property: "quorum-sound", clause: "send-emitted-before-transfer-ranks-done", kind: Kind::Safety,
+        meaning: "the aggregator emitted finished_sending before every P transfer rank was done with the request", holds: sends_emitted_after_transfer_ranks },
+    Clause { property: "quorum-sound", clause: "send-emitted-before-offload-stores-done", kind: Kind::Safety,
+        meaning: "the aggregator emitted finished_sending before every worker's offload store finished", holds: sends_emitted_after_stores },
+    Clause { property: "quorum-sound", clause: "recv-emitted-before-decoders-done", kind: Kind::Safety,
+        meaning: "the aggregator emitted finished_recving before every D handle of the request had stopped", holds: recvs_emitted_after_decoders },
+    Clause { property: "quorum-sound", clause: "load-emitted-before-workers-done", kind: Kind::Safety,
+        meaning: "P's aggregator emitted a load before every P worker had loaded", holds: loads_emitted_after_workers },
+    Clause { property: "exactly-once", clause: "emitted-twice", kind: Kind::Safety,
+        meaning: "a request was emitted a second time in one direction", holds: no_double_emission },
+    Clause { property: "exactly-once", clause: "emitted-for-unknown-request", kind: Kind::Safety,
+        meaning: "a scheduler received a completion for a request it no longer knows (vLLM asserts: engine crash)", holds: no_unknown_emission },
+    Clause { property: "report-provenance", clause: "send-without-delayed-free", kind: Kind::Safety,
+        meaning: "a P worker reported a send for a request whose free was never delayed", holds: no_send_without_delay },
+    Clause { property: "report-provenance", clause: "unannounced-report", kind: Kind::Safety,
+        meaning: "the Strict aggregator got a report for an id the scheduler never announced or already forgot", holds: no_unannounced_report },
+    Clause { property: "recv-after-stable", clause: "woken-while-handle-in-flight", kind: Kind::Safety,
+        meaning: "D woke a request while one of its reads was still writing", holds: woken_after_handles },
+    Clause { property: "recv-after-stable", clause: "failure-reported-as-success", kind: Kind::Safety,
+        meaning: "D woke a request as loaded although one of its handles failed", holds: failures_not_reported_as_success },
+    Clause { property: "recv-after-stable", clause: "prefill-before-load-complete", kind: Kind::Safety,
+        meaning: "P started prefilling a request while a worker was still loading its KV", holds: prefill_after_loads },
+    Clause { property: "count-conserved", clause: "countdown-reopened", kind: Kind::Safety,
+        meaning: "a countdown got more reports than it had room for: a stray report opened a fresh entry", holds: no_reopened_countdown },
+    Clause { property: "count-conserved", clause: "duplicate-report", kind: Kind::Safety,
+        meaning: "the Strict aggregator refused a second report from one rank", holds: no_duplicate_report },
+    Clause { property: "count-conserved", clause: "report-after-emission", kind: Kind::Safety,
+        meaning: "the Strict aggregator refused a resend from a rank of the emitted quorum", holds: no_report_after_emission },
+    Clause { property: "count-conserved", clause: "report-beyond-expected", kind: Kind::Safety,
+        meaning: "the Strict aggregator refused a report from one reporter more than E", holds: no_report_beyond_expected },
+    Clause { property: "eventually-freed", clause: "delay-freed-request-never-freed", kind: Kind::Liveness,
+        meaning: "a delay-freed request's P blocks are never freed", holds: no_delay_freed_left },
+    Clause { property: "eventually-woken", clause: "loader-never-woken", kind: Kind::Liveness,
+        meaning: "a request waits for remote KV on D forever", holds: no_loader_left },
+    Clause { property: "eventually-woken", clause: "aborted-loader-never-freed", kind: Kind::Liveness,
+        meaning: "an aborted loader on D is never freed", holds: no_aborted_loader_left },
+    Clause { property: "eventually-woken", clause: "prefill-load-never-completes", kind: Kind::Liveness,
+        meaning: "a request waits for its own KV load on P forever", holds: no_prefill_load_left },
+    Clause { property: "aggregator-drains", clause: "countdown-left-open", kind: Kind::Liveness,
+        meaning: "an aggregator countdown is never removed", holds: no_countdown_left },
+    Clause { property: "aggregator-drains", clause: "failure-left-pending", kind: Kind::Liveness,
+        meaning: "a failed load waits in the aggregator forever", holds: no_failure_left },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_clause_belongs_to_a_named_property() {
+        for clause in CLAUSES {
+            assert!(PROPERTIES.contains(&clause.property), "{}", clause.property);
+        }
+        for property in PROPERTIES {
+            assert!(
+                CLAUSES.iter().any(|c| c.property == property),
+                "{property} has no clause"
+            );
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The model state: one compact, canonical value per reachable configuration.
+//!
+//! Per-(worker, request) facts live in flat vectors of one-to-four-byte cells indexed
+//! `worker * requests + request`, so a state is a handful of allocations whatever the
+//! topology. Every phase enum is ordered by progress: the checker proves the state graph
+//! acyclic by checking that [`State::progress`] grows on every transition.
+
+use crate::topology::Topology;
+use kvcc_aggregator::{Aggregator, Rank};
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// A request id in the model: its index, `0..requests`.
+pub type RequestId = u8;
+
+/// P's scheduler view of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PrefillPhase {
+    /// Waiting for its own KV load (P loads KV: `WAITING_FOR_REMOTE_KVS` on P).
+    LoadingKv,
+    /// Being prefilled.
+    Prefilling,
+    /// Finished; `request_finished` returned True, blocks held until `finished_sending`.
+    DelayFreed,
+    /// Blocks freed on aggregated `finished_sending`.
+    Released,
+    /// Aborted before it finished: freed with no transfer planned.
+    Dropped,
+    /// Aborted after its delayed free and freed at once (scheduler `abort-finished = free`).
+    AbortFreed,
+}
+
+/// D's scheduler view of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DecodePhase {
+    /// Not at D yet; D admits it once P has finished it.
+    Pending,
+    /// `WAITING_FOR_REMOTE_KVS`: blocks held while D workers load.
+    Loading,
+    /// Aborted while loading; its free waits for `finished_recving`.
+    AbortedLoading,
+    /// Woken: its KV is loaded and it runs.
+    Running,
+    /// Woken with a failed load: errored or recomputed, its blocks released.
+    Failed,
+    /// Freed after an abort.
+    Freed,
+    /// Aborted before D admitted it, or dropped on P: D never sees it.
+    Gone,
+    /// D crashed before reading it.
+    Crashed,
+}
+
+/// How far a request's connector metadata is on its way to an engine's workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Metadata {
+    NotQueued,
+    /// Delivered by the engine step after this many more steps.
+    Due(u8),
+    Delivered,
+}
+
+/// NIXL's send side on one P rank for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SendPhase {
+    /// Knows the request from its batch (`_reqs_to_process`) and counts notifications;
+    /// no send metadata yet.
+    InBatch,
+    /// Send metadata arrived (`_reqs_to_send`): the lease, if any, runs.
+    ToSend,
+    /// Completion reached (notifications, lease expiry, or synthetic): reported next step.
+    Done,
+    Reported,
+    /// Never reports this request.
+    Silent,
+}
+
+/// The offloading child's CPU store on one P worker (MultiConnector only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StorePhase {
+    NotUsed,
+    Storing,
+    Stored,
+}
+
+/// A P worker's own KV load for one request (P loads KV only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LoadPhase {
+    NotUsed,
+    Loading,
+    Done,
+    Reported,
+}
+
+/// One P worker's view of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PrefillCell {
+    /// D notifications counted (`consumer_notification_counts_by_req`).
+    pub notifications: u8,
+    pub send: SendPhase,
+    pub store: StorePhase,
+    pub load: LoadPhase,
+}
+
+/// One D read handle for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HandlePhase {
+    NotPosted,
+    Handshaking,
+    /// RDMA posted: reading P's blocks and writing D's.
+    Reading,
+    Done,
+    Failed,
+}
+
+/// One D worker's view of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DecodeCell {
+    Idle,
+    /// Metadata arrived; its handles are running.
+    Loading,
+    /// Ready to report `finished_recving` next step (`failed`: also `failed_recving`).
+    Done {
+        failed: bool,
+    },
+    Reported,
+    /// Will never report this request.
+    Silent,
+}
+
+/// Contract breaches seen on a transition (not visible in the resulting state alone).
+/// Sticky, so a property can point at the state where they happened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Incidents(pub u16);
+
+impl Incidents {
+    /// P's scheduler got `finished_sending` for a request it no longer holds.
+    pub const SEND_FOR_UNKNOWN: u16 = 1 << 0;
+    /// D's scheduler got `finished_recving` for a request it no longer waits for.
+    pub const RECV_FOR_UNKNOWN: u16 = 1 << 1;
+    /// An id was emitted a second time in one direction.
+    pub const EMITTED_TWICE: u16 = 1 << 2;
+    /// A report was counted for an id already emitted (a countdown reopened).
+    pub const REOPENED: u16 = 1 << 3;
+    /// A P rank reported a send for a request whose free was never delayed.
+    pub const SEND_WITHOUT_DELAY: u16 = 1 << 4;
+    /// Strict refusals, by kind.
+    pub const STRICT_DUPLICATE: u16 = 1 << 5;
+    pub const STRICT_AFTER_EMISSION: u16 = 1 << 6;
+    pub const STRICT_BEYOND_EXPECTED: u16 = 1 << 7;
+    pub const STRICT_UNANNOUNCED: u16 = 1 << 8;
+    /// P's loads emitted for a request no longer loading.
+    pub const LOAD_FOR_UNKNOWN: u16 = 1 << 9;
+
+    pub fn has(self, bit: u16) -> bool {
+        self.0 & bit != 0
+    }
+
+    pub fn set(&mut self, bit: u16) {
+        self.0 |= bit;
+    }
+}
+
+/// Scheduler-level facts of one request on both engines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Request {
+    pub prefill: PrefillPhase,
+    pub decode: DecodePhase,
+    /// Send metadata on its way to P's workers.
+    pub send_meta: Metadata,
+    /// Load metadata on its way to D's workers.
+    pub recv_meta: Metadata,
+    /// D hit its whole prompt in the local prefix cache: no reads, notify-only.
+    pub prefix_hit: bool,
+    pub aborted: bool,
+    /// Emissions so far: bit 0 sends (P), bit 1 loads (P), bit 2 receives (D).
+    pub emitted: u8,
+}
+
+impl Request {
+    pub const EMITTED_SEND: u8 = 1;
+    pub const EMITTED_LOAD: u8 = 2;
+    pub const EMITTED_RECV: u8 = 4;
+}
+
+/// Where the symmetric blocks of a topology are. Shared by all states of a model and
+/// invisible to hashing and equality: it is the same for every state.
+#[derive(Clone)]
+pub struct Shape(pub Arc<Topology>);
+
+impl Hash for Shape {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
+}
+impl PartialEq for Shape {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for Shape {}
+impl PartialOrd for Shape {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Shape {
+    fn cmp(&self, _: &Self) -> Ordering {
+        Ordering::Equal
+    }
+}
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Shape")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct State {
+    /// Per request, indexed by [`RequestId`].
+    pub requests: Vec<Request>,
+    /// Per (P rank, request).
+    pub prefill: Vec<PrefillCell>,
+    /// Per (read handle, request).
+    pub handles: Vec<HandlePhase>,
+    /// Per (D rank, request).
+    pub decode: Vec<DecodeCell>,
+    /// P's aggregator: the real one.
+    pub prefill_aggregator: Aggregator<RequestId>,
+    /// D's aggregator: the real one.
+    pub decode_aggregator: Aggregator<RequestId>,
+    pub incidents: Incidents,
+    /// One-shot faults and announcements already used: bit 0 P output lost, bit 1 D
+    /// output lost, bit 2 count announced.
+    pub once: u8,
+    pub shape: Shape,
+}
+
+impl State {
+    pub const ONCE_PREFILL_OUTPUT_LOST: u8 = 1;
+    pub const ONCE_DECODE_OUTPUT_LOST: u8 = 2;
+    pub const ONCE_COUNT_ANNOUNCED: u8 = 4;
+
+    pub fn request_count(&self) -> usize {
+        self.requests.len()
+    }
+
+    pub fn prefill_cell(&self, rank: Rank, r: RequestId) -> &PrefillCell {
+        &self.prefill[usize::from(rank) * self.requests.len() + usize::from(r)]
+    }
+
+    pub fn prefill_cell_mut(&mut self, rank: Rank, r: RequestId) -> &mut PrefillCell {
+        let n = self.requests.len();
+        &mut self.prefill[usize::from(rank) * n + usize::from(r)]
+    }
+
+    pub fn handle(&self, handle: usize, r: RequestId) -> HandlePhase {
+        self.handles[handle * self.requests.len() + usize::from(r)]
+    }
+
+    pub fn handle_mut(&mut self, handle: usize, r: RequestId) -> &mut HandlePhase {
+        let n = self.requests.len();
+        &mut self.handles[handle * n + usize::from(r)]
+    }
+
+    pub fn decode_cell(&self, rank: Rank, r: RequestId) -> DecodeCell {
+        self.decode[usize::from(rank) * self.requests.len() + usize::from(r)]
+    }
+
+    pub fn decode_cell_mut(&mut self, rank: Rank, r: RequestId) -> &mut DecodeCell {
+        let n = self.requests.len();
+        &mut self.decode[usize::from(rank) * n + usize::from(r)]
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.shape.0
+    }
+
+    /// Any of request `r`'s read handles still moving data?
+    pub fn reading(&self, r: RequestId) -> bool {
+        (0..self.topology().handles.len()).any(|h| self.handle(h, r) == HandlePhase::Reading)
+    }
+
+    /// A measure that every transition must increase: the sum of every component's
+    /// position in its (progress-ordered) lifecycle. Aggregator contents are left out:
+    /// they change only together with a cell or scheduler phase.
+    pub fn progress(&self) -> u32 {
+        let meta = |m: Metadata| match m {
+            Metadata::NotQueued => 0,
+            Metadata::Due(steps) => 3 - u32::from(steps.min(2)),
+            Metadata::Delivered => 4,
+        };
+        let prefill_phase = |p: PrefillPhase| match p {
+            PrefillPhase::LoadingKv => 0,
+            PrefillPhase::Prefilling => 1,
+            PrefillPhase::DelayFreed => 2,
+            PrefillPhase::Released | PrefillPhase::Dropped => 4,
+            PrefillPhase::AbortFreed => 3,
+        };
+        let decode_phase = |d: DecodePhase| match d {
+            DecodePhase::Pending => 0,
+            DecodePhase::Loading => 1,
+            DecodePhase::AbortedLoading => 2,
+            _ => 3,
+        };
+        let send = |s: SendPhase| match s {
+            SendPhase::InBatch => 0,
+            SendPhase::ToSend => 1,
+            SendPhase::Done => 2,
+            SendPhase::Reported | SendPhase::Silent => 3,
+        };
+        let handle = |h: HandlePhase| match h {
+            HandlePhase::NotPosted => 0,
+            HandlePhase::Handshaking => 1,
+            HandlePhase::Reading => 2,
+            HandlePhase::Done | HandlePhase::Failed => 3,
+        };
+        let decode_cell = |c: DecodeCell| match c {
+            DecodeCell::Idle => 0,
+            DecodeCell::Loading => 1,
+            DecodeCell::Done { .. } => 2,
+            DecodeCell::Reported | DecodeCell::Silent => 3,
+        };
+        let requests: u32 = self
+            .requests
+            .iter()
+            .map(|q| {
+                meta(q.send_meta)
+                    + meta(q.recv_meta)
+                    + prefill_phase(q.prefill)
+                    + decode_phase(q.decode)
+                    + u32::from(q.aborted)
+                    + q.emitted.count_ones()
+            })
+            .sum();
+        let cells: u32 = self
+            .prefill
+            .iter()
+            .map(|c| u32::from(c.notifications) + send(c.send) + c.store as u32 + c.load as u32)
+            .sum();
+        let handles: u32 = self.handles.iter().map(|&h| handle(h)).sum();
+        let decode: u32 = self.decode.iter().map(|&c| decode_cell(c)).sum();
+        requests + cells + handles + decode + self.incidents.0.count_ones() + self.once.count_ones()
+    }
+}

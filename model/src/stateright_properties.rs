@@ -1,0 +1,67 @@
+//! The contract clauses as stateright properties, for the web explorer and for
+//! cross-checking kvcc's checker against stateright's own.
+//!
+//! stateright wants `fn` pointers and `'static` names, so each clause gets a small
+//! generated wrapper. A liveness clause becomes "always: a run that ends here has met the
+//! obligation" — the exact meaning kvcc gives it on an acyclic graph. stateright's own
+//! `eventually` is not used: it is checked only at dead ends and can be satisfied early.
+
+use crate::model::ContractModel;
+use crate::properties::{Kind, CLAUSES};
+use crate::state::State;
+use stateright::{Model, Property};
+
+fn holds(index: usize, model: &ContractModel, state: &State) -> bool {
+    let clause = &CLAUSES[index];
+    (clause.holds)(&model.config, state)
+        || (clause.kind == Kind::Liveness && !model.next_steps(state).is_empty())
+}
+
+macro_rules! clause_properties {
+    ($($index:literal => $name:literal),* $(,)?) => {
+        /// One stateright property per clause, named `property: clause`.
+        pub fn all() -> Vec<Property<ContractModel>> {
+            $(
+                debug_assert_eq!(
+                    $name,
+                    format!("{}: {}", CLAUSES[$index].property, CLAUSES[$index].clause)
+                );
+            )*
+            vec![$(Property::always($name, |m: &ContractModel, s: &State| holds($index, m, s))),*]
+        }
+    };
+}
+
+clause_properties! {
+    0 => "no-free-under-rdma: p-blocks-freed-under-read",
+    1 => "no-free-under-rdma: d-blocks-freed-under-write",
+    2 => "quorum-sound: send-emitted-before-transfer-ranks-done",
+    3 => "quorum-sound: send-emitted-before-offload-stores-done",
+    4 => "quorum-sound: recv-emitted-before-decoders-done",
+    5 => "quorum-sound: load-emitted-before-workers-done",
+    6 => "exactly-once: emitted-twice",
+    7 => "exactly-once: emitted-for-unknown-request",
+    8 => "report-provenance: send-without-delayed-free",
+    9 => "report-provenance: unannounced-report",
+    10 => "recv-after-stable: woken-while-handle-in-flight",
+    11 => "recv-after-stable: failure-reported-as-success",
+    12 => "recv-after-stable: prefill-before-load-complete",
+    13 => "count-conserved: countdown-reopened",
+    14 => "count-conserved: duplicate-report",
+    15 => "count-conserved: report-after-emission",
+    16 => "count-conserved: report-beyond-expected",
+    17 => "eventually-freed: delay-freed-request-never-freed",
+    18 => "eventually-woken: loader-never-woken",
+    19 => "eventually-woken: aborted-loader-never-freed",
+    20 => "eventually-woken: prefill-load-never-completes",
+    21 => "aggregator-drains: countdown-left-open",
+    22 => "aggregator-drains: failure-left-pending",
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn one_property_per_clause_in_order() {
+        assert_eq!(super::all().len(), super::CLAUSES.len());
+    }
+}
