@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 pub fn action(model: &ContractModel, action: &Action) -> String {
     let t = &model.topology;
     match *action {
-        Action::PrefillFinishes(r) => format!(
+        Action::PrefillFinishes { request: r } => format!(
             "P scheduler: req{r} finishes prefill; request_finished() returns True (free delayed)"
         ),
         Action::PrefillWorkerLoads { rank, request } => {
@@ -54,7 +54,7 @@ pub fn action(model: &ContractModel, action: &Action) -> String {
         } => {
             format!("D scheduler: admits req{request} with a full local prefix hit (notify-only)")
         }
-        Action::DecoderCrashes(r) => format!("[FAULT] D crashes before reading req{r}"),
+        Action::DecoderCrashes { request: r } => format!("[FAULT] D crashes before reading req{r}"),
         Action::HandshakeCompletes {
             decoder,
             request,
@@ -93,32 +93,32 @@ pub fn action(model: &ContractModel, action: &Action) -> String {
             }
             line
         }
-        Action::ClientAborts(r) => format!("[FAULT] client aborts req{r}"),
+        Action::ClientAborts { request: r } => format!("[FAULT] client aborts req{r}"),
     }
 }
 
 /// A short, stable name for an action (for ITF `#meta.action` and the Mermaid diagram).
 pub fn action_name(action: &Action) -> &'static str {
     match action {
-        Action::PrefillFinishes(_) => "PrefillFinishes",
+        Action::PrefillFinishes { .. } => "PrefillFinishes",
         Action::PrefillWorkerLoads { .. } => "PrefillWorkerLoads",
         Action::OffloadStoreCompletes { .. } => "OffloadStoreCompletes",
         Action::PrefillEngineSteps { .. } => "PrefillEngineSteps",
         Action::LeaseExpires { .. } => "LeaseExpires",
         Action::DecodeAdmits { .. } => "DecodeAdmits",
-        Action::DecoderCrashes(_) => "DecoderCrashes",
+        Action::DecoderCrashes { .. } => "DecoderCrashes",
         Action::HandshakeCompletes { .. } => "HandshakeCompletes",
         Action::ReadCompletes { .. } => "ReadCompletes",
         Action::ReadFails { .. } => "ReadFails",
         Action::DecodeEngineSteps { .. } => "DecodeEngineSteps",
-        Action::ClientAborts(_) => "ClientAborts",
+        Action::ClientAborts { .. } => "ClientAborts",
     }
 }
 
 /// Every fact of a state, by name. Facts at their initial "nothing happened" value are
 /// still listed, so a diff shows every change.
-pub fn facts(model: &ContractModel, state: &State) -> BTreeMap<String, String> {
-    let t = &model.topology;
+pub fn facts(state: &State) -> BTreeMap<String, String> {
+    let t = state.topology();
     let mut facts = BTreeMap::new();
     for (i, q) in state.requests.iter().enumerate() {
         facts.insert(format!("P req{i}"), prefill_phase(q.prefill).into());
@@ -320,12 +320,19 @@ fn incidents(incidents: Incidents) -> String {
 }
 
 /// The facts that differ between two states: (name, before, after).
-pub fn diff(model: &ContractModel, before: &State, after: &State) -> Vec<(String, String, String)> {
-    let (a, b) = (facts(model, before), facts(model, after));
+pub fn diff(before: &State, after: &State) -> Vec<(String, String, String)> {
+    let (a, b) = (facts(before), facts(after));
     b.iter()
         .filter_map(|(k, v)| {
             let old = a.get(k).cloned().unwrap_or_default();
             (old != *v).then(|| (k.clone(), old, v.clone()))
         })
         .collect()
+}
+
+/// States print as their facts: the explorer and debug output speak the trace vocabulary.
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(facts(self)).finish()
+    }
 }

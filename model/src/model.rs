@@ -19,11 +19,19 @@ use crate::{decoder, engine, lease, scheduler};
 use kvcc_aggregator::{Aggregator, Policy, Rank};
 use std::sync::Arc;
 
-/// Everything that can happen, named as in vLLM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Everything that can happen, named as in vLLM. Serialized into ITF traces so that
+/// `kvcc replay` can re-execute them.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(
+    tag = "action",
+    rename_all = "kebab-case",
+    rename_all_fields = "kebab-case"
+)]
 pub enum Action {
     /// P finishes prefilling: `request_finished` returns True and the free is delayed.
-    PrefillFinishes(RequestId),
+    PrefillFinishes { request: RequestId },
     /// A P worker finishes loading its own copy of a request's KV.
     PrefillWorkerLoads { rank: Rank, request: RequestId },
     /// The offloading child's CPU store finishes on a P worker.
@@ -43,7 +51,7 @@ pub enum Action {
         prefix_hit: bool,
     },
     /// D crashes before reading a request.
-    DecoderCrashes(RequestId),
+    DecoderCrashes { request: RequestId },
     /// A D rank's handshake with P finishes.
     HandshakeCompletes {
         decoder: Rank,
@@ -62,7 +70,7 @@ pub enum Action {
     /// scheduler wakes what is emitted. Fault: the output rank's output is lost.
     DecodeEngineSteps { output_lost: bool },
     /// The client aborts a request (both schedulers hear of it).
-    ClientAborts(RequestId),
+    ClientAborts { request: RequestId },
 }
 
 /// One contract scenario, ready to explore.
@@ -141,7 +149,7 @@ impl ContractModel {
         for r in requests.clone() {
             let q = &state.requests[usize::from(r)];
             if q.prefill == PrefillPhase::Prefilling {
-                actions.push(Action::PrefillFinishes(r));
+                actions.push(Action::PrefillFinishes { request: r });
             }
             for rank in 0..t.prefill_world {
                 let cell = state.prefill_cell(rank, r);
@@ -171,7 +179,7 @@ impl ContractModel {
                     });
                 }
                 if faults.decoder_never_reads {
-                    actions.push(Action::DecoderCrashes(r));
+                    actions.push(Action::DecoderCrashes { request: r });
                 }
             }
             for decoder in 0..t.decode_world {
@@ -212,7 +220,7 @@ impl ContractModel {
                 }
             }
             if faults.client_abort && scheduler::abortable(state, r) {
-                actions.push(Action::ClientAborts(r));
+                actions.push(Action::ClientAborts { request: r });
             }
         }
         if scheduler::prefill_steps(c, state) {
@@ -256,7 +264,7 @@ impl ContractModel {
         let c = &self.config;
         let mut next = state.clone();
         match action {
-            Action::PrefillFinishes(r) => scheduler::finish_prefill(c, &mut next, r),
+            Action::PrefillFinishes { request: r } => scheduler::finish_prefill(c, &mut next, r),
             Action::PrefillWorkerLoads { rank, request } => {
                 next.prefill_cell_mut(rank, request).load = LoadPhase::Done
             }
@@ -274,7 +282,7 @@ impl ContractModel {
                 request,
                 prefix_hit,
             } => scheduler::admit_decode(c, &mut next, request, prefix_hit),
-            Action::DecoderCrashes(r) => {
+            Action::DecoderCrashes { request: r } => {
                 next.requests[usize::from(r)].decode = DecodePhase::Crashed
             }
             Action::HandshakeCompletes {
@@ -299,7 +307,7 @@ impl ContractModel {
             Action::DecodeEngineSteps { output_lost } => {
                 engine::decode_step(c, &mut next, output_lost)
             }
-            Action::ClientAborts(r) => scheduler::abort(c, &mut next, r),
+            Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
         }
         (next != *state).then_some(next)
     }

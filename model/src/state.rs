@@ -215,7 +215,8 @@ impl fmt::Debug for Shape {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// `Debug` prints the state's named facts (see [`crate::describe`]).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct State {
     /// Per request, indexed by [`RequestId`].
     pub requests: Vec<Request>,
