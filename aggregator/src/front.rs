@@ -1,2 +1,409 @@
-//! placeholder
-pub struct ConcurrentAggregator;
+//! The concurrent front: vLLM's executor step barrier, restated for threads.
+//!
+//! vLLM's executor collects the outputs of **all** workers for an engine step and hands
+//! them to `KVOutputAggregator` together, step after step (contracts.md §3–§4). Here each
+//! rank has its own thread calling [`ConcurrentAggregator::report`] (or
+//! [`ConcurrentAggregator::report_missing`] for a step in which it produced no output),
+//! and the front plays the executor:
+//!
+//! - a step is aggregated once every rank `0..world_size` has submitted it, with the
+//!   outputs passed to the core in rank order, so outcomes do not depend on interleaving;
+//! - steps are aggregated in step order. Each rank must submit consecutive steps starting
+//!   at the first step (0 unless [`ConcurrentAggregator::starting_at`] says otherwise): a
+//!   rank that skipped a step would leave it incomplete forever and block every later
+//!   step, so a gap is an error, and a caller with nothing to report for a step says so
+//!   with an empty output or `report_missing`;
+//! - a step whose output-rank output is missing reaches the core without it, and the core
+//!   drops the whole step;
+//! - every aggregated step is queued exactly once as `(step, StepOutcome)` for a consumer
+//!   to [`drain`](ConcurrentAggregator::drain) or [`recv`](ConcurrentAggregator::recv).
+//!
+//! One mutex guards the core, the buffered outputs and the emitted queue; the expensive
+//! part under it is the core itself, which must see steps one at a time anyway. Buffered
+//! outputs are removed when their step is aggregated, so memory follows in-flight steps.
+//! Bad input never panics: every misuse is a [`FrontError`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+
+use crate::core::{Aggregator, Direction, Rank, StepOutcome, WorkerOutput};
+use crate::sync::{Condvar, Mutex, MutexGuard};
+
+/// An engine step number, as the executor counts them.
+pub type Step = u64;
+
+/// Why the front refused a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrontError {
+    /// `world_size` must be in `1..=65536`: ranks are `u16`.
+    WorldSizeOutOfRange {
+        world_size: u32,
+    },
+    /// The output rank must be one of the ranks, or every step would be dropped.
+    OutputRankOutsideWorld {
+        output_rank: Rank,
+        world_size: u32,
+    },
+    RankOutsideWorld {
+        rank: Rank,
+        world_size: u32,
+    },
+    /// The rank already submitted this step, its latest one.
+    DuplicateStep {
+        rank: Rank,
+        step: Step,
+    },
+    /// The rank is already past this step.
+    StepWentBack {
+        rank: Rank,
+        step: Step,
+        last: Step,
+    },
+    /// The rank skipped `expected`, which could then never be aggregated.
+    StepSkipped {
+        rank: Rank,
+        step: Step,
+        expected: Step,
+    },
+    /// The step precedes the first step this front aggregates.
+    StepBeforeFirst {
+        rank: Rank,
+        step: Step,
+        first_step: Step,
+    },
+    /// The front was closed: no more submissions.
+    Closed,
+    /// A thread panicked while holding the front's lock; its state is not trusted.
+    Poisoned,
+}
+
+impl fmt::Display for FrontError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrontError::WorldSizeOutOfRange { world_size } => {
+                write!(f, "world size {world_size} is not in 1..=65536")
+            }
+            FrontError::OutputRankOutsideWorld {
+                output_rank,
+                world_size,
+            } => {
+                write!(
+                    f,
+                    "output rank {output_rank} is outside a world of {world_size} ranks"
+                )
+            }
+            FrontError::RankOutsideWorld { rank, world_size } => {
+                write!(f, "rank {rank} is outside a world of {world_size} ranks")
+            }
+            FrontError::DuplicateStep { rank, step } => {
+                write!(f, "rank {rank} submitted step {step} twice")
+            }
+            FrontError::StepWentBack { rank, step, last } => {
+                write!(f, "rank {rank} submitted step {step} after step {last}")
+            }
+            FrontError::StepSkipped {
+                rank,
+                step,
+                expected,
+            } => {
+                write!(
+                    f,
+                    "rank {rank} submitted step {step} but skipped step {expected}"
+                )
+            }
+            FrontError::StepBeforeFirst {
+                rank,
+                step,
+                first_step,
+            } => {
+                write!(
+                    f,
+                    "rank {rank} submitted step {step} before the first step {first_step}"
+                )
+            }
+            FrontError::Closed => f.write_str("the aggregator front is closed"),
+            FrontError::Poisoned => {
+                f.write_str("a thread panicked inside the aggregator front; its state is lost")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FrontError {}
+
+/// How a submission's critical section is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CriticalSection {
+    /// Record the submission and aggregate the step it completes under one lock hold.
+    Atomic,
+    /// A broken twin kept so the loom and shuttle suites prove they can catch this race:
+    /// the lock is released between recording a submission and checking whether its step
+    /// is complete, so two ranks can both find the step complete and both emit it (the
+    /// second time without outputs, its buffer already taken).
+    CheckThenAct,
+}
+
+/// vLLM's executor in front of the aggregator core: rank threads submit per-step
+/// outputs concurrently, complete steps are aggregated in step order, and a consumer
+/// takes the outcomes. See the module docs.
+pub struct ConcurrentAggregator<Id: Ord> {
+    world_size: u32,
+    output_rank: Rank,
+    first_step: Step,
+    critical_section: CriticalSection,
+    state: Mutex<State<Id>>,
+    /// Signalled when an outcome is queued or the front is closed.
+    emitted_or_closed: Condvar,
+}
+
+/// Everything the lock guards.
+struct State<Id: Ord> {
+    core: Aggregator<Id>,
+    /// The latest step each rank submitted; `None` before its first submission.
+    last_step: Vec<Option<Step>>,
+    /// Outputs of steps not yet aggregated, by step then rank so they reach the core in
+    /// rank order. A missing report leaves nothing here: the core never sees that rank.
+    pending: BTreeMap<Step, BTreeMap<Rank, WorkerOutput<Id>>>,
+    /// Aggregated steps not yet taken by a consumer, in step order.
+    emitted: VecDeque<(Step, StepOutcome<Id>)>,
+    closed: bool,
+}
+
+impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
+    /// A front for ranks `0..world_size` whose steps are dropped when `output_rank`'s
+    /// output is missing, as vLLM's executor does.
+    pub fn new(
+        core: Aggregator<Id>,
+        world_size: u32,
+        output_rank: Rank,
+    ) -> Result<Self, FrontError> {
+        Self::build(core, world_size, output_rank, CriticalSection::Atomic)
+    }
+
+    /// The broken twin: identical except that a submission releases the lock between
+    /// recording its output and checking whether its step is complete, so a step can be
+    /// emitted twice. It exists only so the loom and shuttle suites can prove they catch
+    /// that race; never use it for anything else.
+    #[doc(hidden)]
+    pub fn with_racy_critical_section(
+        core: Aggregator<Id>,
+        world_size: u32,
+        output_rank: Rank,
+    ) -> Result<Self, FrontError> {
+        Self::build(core, world_size, output_rank, CriticalSection::CheckThenAct)
+    }
+
+    fn build(
+        core: Aggregator<Id>,
+        world_size: u32,
+        output_rank: Rank,
+        critical_section: CriticalSection,
+    ) -> Result<Self, FrontError> {
+        if !(1..=u32::from(Rank::MAX) + 1).contains(&world_size) {
+            return Err(FrontError::WorldSizeOutOfRange { world_size });
+        }
+        if u32::from(output_rank) >= world_size {
+            return Err(FrontError::OutputRankOutsideWorld {
+                output_rank,
+                world_size,
+            });
+        }
+        let ranks = usize::try_from(world_size)
+            .map_err(|_| FrontError::WorldSizeOutOfRange { world_size })?;
+        let state = State {
+            core,
+            last_step: vec![None; ranks],
+            pending: BTreeMap::new(),
+            emitted: VecDeque::new(),
+            closed: false,
+        };
+        Ok(ConcurrentAggregator {
+            world_size,
+            output_rank,
+            first_step: 0,
+            critical_section,
+            state: Mutex::new(state),
+            emitted_or_closed: Condvar::new(),
+        })
+    }
+
+    /// The same front aggregating from `first_step` on, for recordings that do not start
+    /// at step 0. Takes `self` so it can only be set before any rank submits.
+    pub fn starting_at(mut self, first_step: Step) -> Self {
+        self.first_step = first_step;
+        self
+    }
+
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    pub fn output_rank(&self) -> Rank {
+        self.output_rank
+    }
+
+    /// `output.rank`'s output for `step`.
+    pub fn report(&self, step: Step, output: WorkerOutput<Id>) -> Result<(), FrontError> {
+        self.submit(step, output.rank, Some(output))
+    }
+
+    /// `rank` produced no output for `step`: the core never sees that rank for the step.
+    pub fn report_missing(&self, step: Step, rank: Rank) -> Result<(), FrontError> {
+        self.submit(step, rank, None)
+    }
+
+    /// Passed to [`Aggregator::announce`] at once, so it lands between whichever steps
+    /// have been aggregated by then; announce before any rank submits the step whose
+    /// reports it must precede.
+    pub fn announce(&self, direction: Direction, id: Id) -> Result<(), FrontError> {
+        self.lock()?.core.announce(direction, id);
+        Ok(())
+    }
+
+    /// Passed to [`Aggregator::retire`] at once, like [`announce`](Self::announce).
+    pub fn retire(&self, direction: Direction, id: &Id) -> Result<(), FrontError> {
+        self.lock()?.core.retire(direction, id);
+        Ok(())
+    }
+
+    /// Every outcome emitted since the last `drain` or `recv`, in step order, without
+    /// waiting.
+    pub fn drain(&self) -> Result<Vec<(Step, StepOutcome<Id>)>, FrontError> {
+        Ok(self.lock()?.emitted.drain(..).collect())
+    }
+
+    /// The next emitted outcome, waiting for one; `None` once the front is closed and
+    /// every outcome has been taken.
+    pub fn recv(&self) -> Result<Option<(Step, StepOutcome<Id>)>, FrontError> {
+        let mut state = self.lock()?;
+        loop {
+            if let Some(emitted) = state.emitted.pop_front() {
+                return Ok(Some(emitted));
+            }
+            if state.closed {
+                return Ok(None);
+            }
+            state = self
+                .emitted_or_closed
+                .wait(state)
+                .map_err(|_| FrontError::Poisoned)?;
+        }
+    }
+
+    /// No more submissions: later ones fail with [`FrontError::Closed`] and `recv`
+    /// returns `None` once the queue is empty. Steps still incomplete stay buffered (see
+    /// [`buffered_steps`](Self::buffered_steps)) and are never aggregated.
+    pub fn close(&self) -> Result<(), FrontError> {
+        self.lock()?.closed = true;
+        self.emitted_or_closed.notify_all();
+        Ok(())
+    }
+
+    /// Steps holding at least one output and still waiting for some rank.
+    pub fn buffered_steps(&self) -> Result<usize, FrontError> {
+        Ok(self.lock()?.pending.len())
+    }
+
+    /// Reads the core under the lock, e.g. for end-of-run checks. `read` must not call
+    /// back into this front: the lock is not reentrant.
+    pub fn with_core<R>(&self, read: impl FnOnce(&Aggregator<Id>) -> R) -> Result<R, FrontError> {
+        Ok(read(&self.lock()?.core))
+    }
+
+    /// A copy of the core as it is now.
+    pub fn core_snapshot(&self) -> Result<Aggregator<Id>, FrontError> {
+        self.with_core(Aggregator::clone)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State<Id>>, FrontError> {
+        self.state.lock().map_err(|_| FrontError::Poisoned)
+    }
+
+    fn submit(
+        &self,
+        step: Step,
+        rank: Rank,
+        output: Option<WorkerOutput<Id>>,
+    ) -> Result<(), FrontError> {
+        let mut state = self.lock()?;
+        state.accept(rank, step, self.world_size, self.first_step)?;
+        if let Some(output) = output {
+            state.pending.entry(step).or_default().insert(rank, output);
+        }
+        if self.critical_section == CriticalSection::CheckThenAct {
+            drop(state);
+            state = self.lock()?;
+        }
+        let emitted = state.aggregate_if_complete(step, self.output_rank);
+        drop(state);
+        if emitted {
+            self.emitted_or_closed.notify_all();
+        }
+        Ok(())
+    }
+}
+
+impl<Id: Ord + Clone> State<Id> {
+    /// Records that `rank` submitted `step`, if that is the step it owes next.
+    fn accept(
+        &mut self,
+        rank: Rank,
+        step: Step,
+        world_size: u32,
+        first_step: Step,
+    ) -> Result<(), FrontError> {
+        if self.closed {
+            return Err(FrontError::Closed);
+        }
+        let Some(last) = self.last_step.get_mut(usize::from(rank)) else {
+            return Err(FrontError::RankOutsideWorld { rank, world_size });
+        };
+        match *last {
+            None if step < first_step => Err(FrontError::StepBeforeFirst {
+                rank,
+                step,
+                first_step,
+            }),
+            None if step > first_step => Err(FrontError::StepSkipped {
+                rank,
+                step,
+                expected: first_step,
+            }),
+            Some(last) if step == last => Err(FrontError::DuplicateStep { rank, step }),
+            Some(last) if step < last => Err(FrontError::StepWentBack { rank, step, last }),
+            Some(last) if step - last > 1 => Err(FrontError::StepSkipped {
+                rank,
+                step,
+                expected: last + 1,
+            }),
+            _ => {
+                *last = Some(step);
+                Ok(())
+            }
+        }
+    }
+
+    /// Aggregates `step` if every rank has now submitted it. Exactly one submission finds
+    /// that, the last one, because ranks only move forward. Steps complete in step order
+    /// because each rank submits consecutive steps, so a step's predecessors were
+    /// completed, and aggregated under the same lock hold, by earlier submissions.
+    fn aggregate_if_complete(&mut self, step: Step, output_rank: Rank) -> bool {
+        let complete = self
+            .last_step
+            .iter()
+            .all(|last| last.is_some_and(|last| last >= step));
+        if !complete {
+            return false;
+        }
+        // No entry means every rank reported missing: the core gets nothing and drops it.
+        let outputs: Vec<WorkerOutput<Id>> = self
+            .pending
+            .remove(&step)
+            .unwrap_or_default()
+            .into_values()
+            .collect();
+        let outcome = self.core.aggregate(&outputs, output_rank);
+        self.emitted.push_back((step, outcome));
+        true
+    }
+}

@@ -18,4 +18,4 @@ pub mod sync;
 pub use crate::core::{
     Aggregator, Direction, Policy, Rank, StepOutcome, Violation, ViolationKind, WorkerOutput,
 };
-pub use crate::front::ConcurrentAggregator;
+pub use crate::front::{ConcurrentAggregator, FrontError, Step};
