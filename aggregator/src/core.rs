@@ -268,7 +268,11 @@ impl<Id: Ord + Clone> Aggregator<Id> {
 
     /// Count one engine step's worker outputs, in the order given. A step without an
     /// output from `output_rank` is dropped whole, as vLLM's executor does.
-    pub fn aggregate(&mut self, outputs: &[WorkerOutput<Id>], output_rank: Rank) -> StepOutcome<Id> {
+    pub fn aggregate(
+        &mut self,
+        outputs: &[WorkerOutput<Id>],
+        output_rank: Rank,
+    ) -> StepOutcome<Id> {
         if !outputs.iter().any(|o| o.rank == output_rank) {
             return StepOutcome::empty(true);
         }
@@ -285,7 +289,9 @@ impl<Id: Ord + Clone> Aggregator<Id> {
                     self.report(output.rank, direction, id, &mut outcome);
                 }
             }
-            outcome.invalid_block_ids.extend(output.invalid_block_ids.iter().copied());
+            outcome
+                .invalid_block_ids
+                .extend(output.invalid_block_ids.iter().copied());
         }
         // A failure is emitted only with its receive completion; until then it waits.
         let emitted_failures: BTreeSet<Id> = self
@@ -309,7 +315,12 @@ impl<Id: Ord + Clone> Aggregator<Id> {
 
     fn report(&mut self, rank: Rank, direction: Direction, id: &Id, outcome: &mut StepOutcome<Id>) {
         if let Some(kind) = self.refusal(rank, direction, id) {
-            outcome.violations.push(Violation { kind, direction, id: id.clone(), rank });
+            outcome.violations.push(Violation {
+                kind,
+                direction,
+                id: id.clone(),
+                rank,
+            });
             return;
         }
         let strict = self.policy == Policy::Strict;
@@ -327,9 +338,13 @@ impl<Id: Ord + Clone> Aggregator<Id> {
             countdown.reporters.insert(rank);
         }
         if countdown.remaining == 0 {
-            let quorum = countdowns.remove(id).map(|c| c.reporters).unwrap_or_default();
+            let quorum = countdowns
+                .remove(id)
+                .map(|c| c.reporters)
+                .unwrap_or_default();
             if strict {
-                self.lifetimes.insert((direction, id.clone()), Lifetime::Emitted(quorum));
+                self.lifetimes
+                    .insert((direction, id.clone()), Lifetime::Emitted(quorum));
             }
             outcome.finished_mut(direction).insert(id.clone());
         }
@@ -353,40 +368,6 @@ impl<Id: Ord + Clone> Aggregator<Id> {
             }
         }
     }
-
-    /// The same aggregator with every rank renamed by `rename`. Symmetry reduction in
-    /// the model permutes interchangeable ranks; `Strict` remembers rank identities, so
-    /// they must be permuted with the rest of the state.
-    pub fn rename_ranks(&self, rename: impl Fn(Rank) -> Rank) -> Self {
-        let rename_set = |set: &BTreeSet<Rank>| set.iter().map(|&r| rename(r)).collect();
-        let rename_map = |map: &BTreeMap<Id, Countdown>| {
-            map.iter()
-                .map(|(id, c)| {
-                    let reporters = rename_set(&c.reporters);
-                    (id.clone(), Countdown { remaining: c.remaining, reporters })
-                })
-                .collect()
-        };
-        let lifetimes = self
-            .lifetimes
-            .iter()
-            .map(|(key, lifetime)| {
-                let lifetime = match lifetime {
-                    Lifetime::Announced => Lifetime::Announced,
-                    Lifetime::Emitted(quorum) => Lifetime::Emitted(rename_set(quorum)),
-                };
-                (key.clone(), lifetime)
-            })
-            .collect();
-        Aggregator {
-            policy: self.policy,
-            expected: self.expected,
-            sending: rename_map(&self.sending),
-            recving: rename_map(&self.recving),
-            pending_failed: self.pending_failed.clone(),
-            lifetimes,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -408,9 +389,18 @@ mod tests {
 
     #[test]
     fn connector_count_of_none_or_zero_falls_back_to_world_size() {
-        assert_eq!(Aggregator::<u32>::from_connector(Policy::Countdown, None, 8).expected(), 8);
-        assert_eq!(Aggregator::<u32>::from_connector(Policy::Countdown, Some(0), 8).expected(), 8);
-        assert_eq!(Aggregator::<u32>::from_connector(Policy::Countdown, Some(2), 8).expected(), 2);
+        assert_eq!(
+            Aggregator::<u32>::from_connector(Policy::Countdown, None, 8).expected(),
+            8
+        );
+        assert_eq!(
+            Aggregator::<u32>::from_connector(Policy::Countdown, Some(0), 8).expected(),
+            8
+        );
+        assert_eq!(
+            Aggregator::<u32>::from_connector(Policy::Countdown, Some(2), 8).expected(),
+            2
+        );
     }
 
     #[test]
@@ -432,7 +422,11 @@ mod tests {
         let first = countdown.aggregate(&[sends(0, &[5])], 0);
         let second = countdown.aggregate(&[sends(0, &[]), sends(1, &[5])], 0);
         assert_eq!(first.finished_sending, BTreeSet::from([5]));
-        assert_eq!(second.finished_sending, BTreeSet::from([5]), "vLLM's blind spot: emitted twice");
+        assert_eq!(
+            second.finished_sending,
+            BTreeSet::from([5]),
+            "vLLM's blind spot: emitted twice"
+        );
 
         let mut strict = Aggregator::new(Policy::Strict, 1);
         strict.announce(Direction::Sending, 5);
@@ -459,9 +453,17 @@ mod tests {
         let all = [sends(0, &[9]), sends(1, &[9]), sends(2, &[9])];
         assert_eq!(agg.aggregate(&all, 0).finished_sending, BTreeSet::from([9]));
         agg.aggregate(&[sends(0, &[9])], 0);
-        assert_eq!(agg.remaining(Direction::Sending, &9), Some(2), "stray report reopened at E-1");
+        assert_eq!(
+            agg.remaining(Direction::Sending, &9),
+            Some(2),
+            "stray report reopened at E-1"
+        );
         let again = agg.aggregate(&[sends(1, &[9]), sends(2, &[9])], 1);
-        assert_eq!(again.finished_sending, BTreeSet::from([9]), "emitted a second time");
+        assert_eq!(
+            again.finished_sending,
+            BTreeSet::from([9]),
+            "emitted a second time"
+        );
     }
 
     #[test]
@@ -470,12 +472,24 @@ mod tests {
         agg.announce(Direction::Sending, 1);
         let step = agg.aggregate(&[sends(0, &[1, 2]), sends(0, &[1])], 0);
         let kinds: Vec<_> = step.violations.iter().map(|v| (v.kind, v.id)).collect();
-        assert_eq!(kinds, vec![(ViolationKind::Unannounced, 2), (ViolationKind::DuplicateReport, 1)]);
+        assert_eq!(
+            kinds,
+            vec![
+                (ViolationKind::Unannounced, 2),
+                (ViolationKind::DuplicateReport, 1)
+            ]
+        );
         let step = agg.aggregate(&[sends(1, &[1])], 1);
         assert_eq!(step.finished_sending, BTreeSet::from([1]));
         let step = agg.aggregate(&[sends(1, &[1]), sends(2, &[1])], 1);
         let kinds: Vec<_> = step.violations.iter().map(|v| v.kind).collect();
-        assert_eq!(kinds, vec![ViolationKind::ReportAfterEmission, ViolationKind::ReportBeyondExpected]);
+        assert_eq!(
+            kinds,
+            vec![
+                ViolationKind::ReportAfterEmission,
+                ViolationKind::ReportBeyondExpected
+            ]
+        );
         agg.retire(Direction::Sending, &1);
         let step = agg.aggregate(&[sends(1, &[1])], 1);
         assert_eq!(step.violations[0].kind, ViolationKind::Unannounced);
@@ -488,8 +502,16 @@ mod tests {
         let mut announcing = sends(1, &[2]);
         announcing.expected_finished_count = 2;
         agg.aggregate(&[announcing], 1);
-        assert_eq!(agg.remaining(Direction::Sending, &1), Some(3), "old entry keeps old E");
-        assert_eq!(agg.remaining(Direction::Sending, &2), Some(1), "new entry uses new E");
+        assert_eq!(
+            agg.remaining(Direction::Sending, &1),
+            Some(3),
+            "old entry keeps old E"
+        );
+        assert_eq!(
+            agg.remaining(Direction::Sending, &2),
+            Some(1),
+            "new entry uses new E"
+        );
         assert_eq!(agg.expected(), 2);
     }
 
@@ -521,19 +543,9 @@ mod tests {
         a.invalid_block_ids = BTreeSet::from([1, 2]);
         let mut b = WorkerOutput::empty(1);
         b.invalid_block_ids = BTreeSet::from([2, 3]);
-        assert_eq!(agg.aggregate(&[a, b], 0).invalid_block_ids, BTreeSet::from([1, 2, 3]));
-    }
-
-    #[test]
-    fn renaming_ranks_moves_strict_identities() {
-        let mut agg = Aggregator::new(Policy::Strict, 2);
-        agg.announce(Direction::Sending, 1);
-        agg.aggregate(&[sends(0, &[1])], 0);
-        let renamed = agg.rename_ranks(|r| 1 - r);
-        let mut renamed_twice = renamed.rename_ranks(|r| 1 - r);
-        assert_ne!(renamed, agg);
-        assert_eq!(renamed_twice, agg);
-        let step = renamed_twice.aggregate(&[sends(0, &[1])], 0);
-        assert_eq!(step.violations[0].kind, ViolationKind::DuplicateReport);
+        assert_eq!(
+            agg.aggregate(&[a, b], 0).invalid_block_ids,
+            BTreeSet::from([1, 2, 3])
+        );
     }
 }

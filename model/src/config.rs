@@ -129,7 +129,7 @@ pub enum Connector {
 
 /// The P-side worker behaviour of the connector.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Producer {
     /// What replicated PCP ranks > 0 report.
     pub replicated_reports: ReplicatedReports,
@@ -174,7 +174,7 @@ pub enum MlaNotify {
 
 /// The D-side worker behaviour of the connector.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Consumer {
     pub failed_handle: FailedHandle,
     pub prefix_hit: PrefixHit,
@@ -222,7 +222,7 @@ pub enum FailedLoad {
 
 /// Scheduler behaviour (v1/core/sched/scheduler.py).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Scheduler {
     pub abort_finished: AbortFinished,
     pub abort_loading: AbortLoading,

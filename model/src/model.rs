@@ -355,6 +355,15 @@ impl crate::checker::Checkable for ContractModel {
         u64::from(state.progress())
     }
 
+    fn is_optional(&self, action: &Action) -> bool {
+        // Faults and client choices. Their fair counterparts (the read completing, the
+        // step happening, D admitting) are separate actions that stay forced.
+        matches!(
+            action,
+            Action::ClientAborts { .. } | Action::DecoderCrashes { .. } | Action::ReadFails { .. }
+        )
+    }
+
     fn clause_count(&self) -> usize {
         CLAUSES.len()
     }

@@ -2,19 +2,21 @@
 //! cross-checking kvcc's checker against stateright's own.
 //!
 //! stateright wants `fn` pointers and `'static` names, so each clause gets a small
-//! generated wrapper. A liveness clause becomes "always: a run that ends here has met the
-//! obligation" — the exact meaning kvcc gives it on an acyclic graph. stateright's own
+//! generated wrapper. A liveness clause becomes "always: where a run may end (no action
+//! fairness forces), the obligation is met" — the meaning kvcc gives it on an acyclic
+//! graph. stateright's own
 //! `eventually` is not used: it is checked only at dead ends and can be satisfied early.
 
+use crate::checker::forced_step;
 use crate::model::ContractModel;
 use crate::properties::{Kind, CLAUSES};
 use crate::state::State;
-use stateright::{Model, Property};
+use stateright::Property;
 
 fn holds(index: usize, model: &ContractModel, state: &State) -> bool {
     let clause = &CLAUSES[index];
     (clause.holds)(&model.config, state)
-        || (clause.kind == Kind::Liveness && !model.next_steps(state).is_empty())
+        || (clause.kind == Kind::Liveness && forced_step(model, state))
 }
 
 macro_rules! clause_properties {

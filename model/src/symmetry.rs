@@ -4,8 +4,13 @@
 //! each on its own, and transfer groups (P ranks with the D ranks that read them, and
 //! their handles). The representative sorts each kind of block by its contents. Sorting
 //! is a canonical form for a full permutation group acting on blocks, so symmetric states
-//! get one fingerprint. The Strict aggregator remembers rank identities, so its ranks are
-//! renamed with the same permutation.
+//! get one fingerprint, and every member of a class gets the same representative (which
+//! replaying a counterexample through concrete states relies on).
+//!
+//! Only the `Countdown` aggregator is symmetric: it has no reporter identity. `Strict`
+//! remembers which ranks formed a quorum, and when more than E reports arrive in one step
+//! the quorum is the first E in rank order, so renaming ranks changes what it remembers.
+//! Under `Strict` the reduction is off: sound, at the price of more states.
 
 use crate::state::{DecodeCell, HandlePhase, PrefillCell, State};
 use crate::topology::Topology;
@@ -14,6 +19,9 @@ use kvcc_aggregator::{Policy, Rank};
 impl State {
     /// The canonical member of this state's symmetry class.
     pub fn representative(&self) -> State {
+        if self.prefill_aggregator.policy() == Policy::Strict {
+            return self.clone();
+        }
         let topology = self.shape.0.clone();
         let n = self.request_count();
         let prefill_row =
@@ -28,7 +36,7 @@ impl State {
         let mut handle_from: Vec<usize> = (0..topology.handles.len()).collect();
 
         let mut replicas = topology.replicas.clone();
-        replicas.sort_by(|&a, &b| prefill_row(a).cmp(prefill_row(b)));
+        replicas.sort_by_key(|&a| prefill_row(a));
         for (slot, &old) in topology.replicas.iter().zip(&replicas) {
             prefill_from[usize::from(*slot)] = old;
         }
@@ -96,22 +104,6 @@ impl State {
         );
         next.decode = gather(decode_from.iter().map(|&k| usize::from(k)), &self.decode, n);
         next.handles = gather(handle_from.iter().copied(), &self.handles, n);
-        if self.prefill_aggregator.policy() == Policy::Strict {
-            let mut prefill_to = vec![0; prefill_from.len()];
-            for (new, &old) in prefill_from.iter().enumerate() {
-                prefill_to[usize::from(old)] = new as Rank;
-            }
-            let mut decode_to = vec![0; decode_from.len()];
-            for (new, &old) in decode_from.iter().enumerate() {
-                decode_to[usize::from(old)] = new as Rank;
-            }
-            next.prefill_aggregator = self
-                .prefill_aggregator
-                .rename_ranks(|k| prefill_to[usize::from(k)]);
-            next.decode_aggregator = self
-                .decode_aggregator
-                .rename_ranks(|k| decode_to[usize::from(k)]);
-        }
         debug_assert_eq!(topology.prefill_world as usize * n, next.prefill.len());
         next
     }

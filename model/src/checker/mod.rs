@@ -10,8 +10,9 @@
 //! - deterministic whatever the thread count: states are sharded by fingerprint into a
 //!   fixed number of shards, and each level is merged shard by shard in frontier order;
 //! - every transition must grow [`Checkable::progress`], which proves the explored graph
-//!   acyclic; liveness clauses are then sound to check where runs end. A transition that
-//!   does not grow it makes liveness *unproven* — reported, never ignored;
+//!   acyclic; liveness clauses are then sound to check where runs may end: states where
+//!   no action that fairness forces is enabled (only faults, or nothing). A transition
+//!   that does not grow the measure makes liveness *unproven* — reported, never ignored;
 //! - any limit (states, depth, time) that cuts the search makes the verdict inconclusive;
 //! - counterexamples are replayed from the initial state through `next_state` and the
 //!   clause is re-checked on the final state before they are returned ([`replay`]).
@@ -39,12 +40,31 @@ where
     fn canonical(&self, state: &Self::State) -> Self::State;
     /// Grows on every transition; proves the graph acyclic.
     fn progress(&self, state: &Self::State) -> u64;
+    /// An action the environment may take but never must: a fault, or a client's choice.
+    /// Fairness does not force it, so a run may end in a state where only such actions
+    /// are enabled, and liveness is checked there too.
+    fn is_optional(&self, action: &Self::Action) -> bool;
     /// How many clauses there are.
     fn clause_count(&self) -> usize;
     fn clause_kind(&self, clause: usize) -> Kind;
     /// `property: clause`.
     fn clause_name(&self, clause: usize) -> String;
     fn clause_holds(&self, clause: usize, state: &Self::State) -> bool;
+}
+
+/// Does fairness force a step out of `state`? True when some enabled, non-optional action
+/// changes the state.
+pub fn forced_step<M>(model: &M, state: &M::State) -> bool
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let mut actions = Vec::new();
+    model.actions(state, &mut actions);
+    actions
+        .into_iter()
+        .any(|a| !model.is_optional(&a) && model.next_state(state, a).is_some())
 }
 
 /// Bounds on one search. A search that hits one is inconclusive.

@@ -148,7 +148,7 @@ where
 }
 
 /// The clause really breaks in `state`: a safety clause is false there; a liveness clause
-/// is false and the run really ends there.
+/// is false and a run may end there (no action that fairness forces is enabled).
 fn confirm_violation<M>(model: &M, state: &M::State, clause: usize) -> Result<(), ReplayError>
 where
     M: Checkable,
@@ -156,7 +156,7 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let broken = !model.clause_holds(clause, state);
-    let ends_here = model.clause_kind(clause) == Kind::Safety || model.next_steps(state).is_empty();
+    let ends_here = model.clause_kind(clause) == Kind::Safety || !super::forced_step(model, state);
     if broken && ends_here {
         Ok(())
     } else {

@@ -232,11 +232,14 @@ where
         model.actions(state, &mut actions);
         let progress = model.progress(state);
         let mut successors = 0;
+        // Does fairness force a step from here? If not, a run may end here.
+        let mut forced = false;
         for action in actions.drain(..) {
             let Some(next) = model.next_state(state, action.clone()) else {
                 continue;
             };
             successors += 1;
+            forced |= !model.is_optional(&action);
             if model.progress(&next) <= progress && out.no_progress.is_none() {
                 out.no_progress = Some((index, model.format_action(&action)));
             }
@@ -252,7 +255,7 @@ where
             }
         }
         out.transitions += successors;
-        if successors == 0 {
+        if !forced {
             for clause in 0..clause_count {
                 if model.clause_kind(clause) == Kind::Liveness
                     && !model.clause_holds(clause, state)
