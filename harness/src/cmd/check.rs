@@ -1,0 +1,214 @@
+//! `kvcc check`.
+
+use crate::error::{self, InputError};
+use crate::point::Selector;
+use crate::report::{self, github, json, junit, table};
+use crate::run::{self, Outcome, Settings};
+use crate::spec::{self, Case, Spec};
+use crate::Exit;
+use kvcc_model::checker::Limits;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+/// Check specs: every matrix point of every spec, against its expected verdict.
+///
+/// Prints a table of verdict (`holds`, `violated (property: clause, ...)` or
+/// `inconclusive (which limit)`), expectation, unique states, depth and time. Exit 0 when
+/// every verdict matches its expectation, 1 when any differs (a run cut by a limit never
+/// matches), 2 on a usage or input error. Under GitHub Actions (GITHUB_ACTIONS=true) each
+/// mismatch is also an `::error` annotation at the spec line stating the expectation, and
+/// a Markdown table is appended to $GITHUB_STEP_SUMMARY.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  kvcc check                                   every spec under specs/
+  kvcc check specs/seed-59325.toml --trace-dir traces
+  kvcc check specs/ --format json --junit kvcc.xml
+  kvcc check specs/seed-59325.toml --point prefill.pcp=2 --max-states 100000")]
+pub struct Args {
+    /// Spec files, or directories searched recursively for `*.toml`.
+    #[arg(value_name = "PATH", default_value = "specs")]
+    pub paths: Vec<String>,
+    /// Check only matrix points where KEY has VALUE (repeatable; e.g. `prefill.pcp=2`).
+    #[arg(long = "point", value_name = "KEY=VALUE")]
+    pub points: Vec<Selector>,
+    /// Worker threads per check [default: the available parallelism].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: Option<u32>,
+    /// Stop a check after this many unique states (overrides the spec's `[limits]`).
+    #[arg(long, value_name = "N")]
+    pub max_states: Option<u64>,
+    /// Stop a check beyond this depth (overrides the spec's `[limits]`).
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<u32>,
+    /// Stop a check after this many seconds (overrides the spec's `[limits]`).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+    /// Output format: `human` (a table) or `json` (one object per check per line; see
+    /// harness/FORMATS.md).
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Also write JUnit XML (one testcase per check) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<String>,
+    /// Write every counterexample to DIR as NAME.txt, NAME.md (Mermaid), NAME.itf.json
+    /// (ITF, for `kvcc replay`) and NAME.sh (the reproduce command).
+    #[arg(long, value_name = "DIR")]
+    pub trace_dir: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+pub fn exec(args: Args) -> Exit {
+    let plan = match plan(&args) {
+        Ok(plan) => plan,
+        Err(errors) => {
+            error::print(&errors);
+            return Exit::Input;
+        }
+    };
+    let settings = settings(&args);
+    let total: usize = plan.iter().map(|(_, cases)| cases.len()).sum();
+    let progress = std::io::stderr().is_terminal();
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for (spec, cases) in &plan {
+        for case in cases {
+            if progress {
+                eprint!(
+                    "\rchecking {}/{total}: {}...\x1b[K",
+                    outcomes.len() + 1,
+                    title(spec, case)
+                );
+            }
+            let outcome = match run::check(spec, case, &settings) {
+                Ok(o) => o,
+                Err(e) => {
+                    error::print(&[e]);
+                    return Exit::Input;
+                }
+            };
+            if args.format == Format::Json {
+                println!("{}", json::line(&outcome));
+                let _ = std::io::stdout().flush();
+            }
+            outcomes.push(outcome);
+        }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    finish(&args, &outcomes)
+}
+
+/// Loads every spec and builds every case before anything runs: all input errors at once.
+fn plan(args: &Args) -> Result<Vec<(Spec, Vec<Case>)>, Vec<InputError>> {
+    let files = spec::discover(&args.paths).map_err(|e| vec![e])?;
+    let mut errors = Vec::new();
+    let mut plan: Vec<(Spec, Vec<Case>)> = Vec::new();
+    for file in files {
+        let loaded = Spec::load(&file).and_then(|spec| {
+            if let Some((other, _)) = plan.iter().find(|(s, _)| s.name == spec.name) {
+                return Err(InputError::file(
+                    &file,
+                    format!("spec name `{}` is also used by {}", spec.name, other.file),
+                ));
+            }
+            let cases = spec.cases(&args.points)?;
+            Ok((spec, cases))
+        });
+        match loaded {
+            Ok(entry) => plan.push(entry),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(plan)
+    } else {
+        Err(errors)
+    }
+}
+
+fn settings(args: &Args) -> Settings {
+    let threads = args
+        .threads
+        .map(|t| t as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut limit_args = Vec::new();
+    if let Some(n) = args.max_states {
+        limit_args.extend(["--max-states".to_string(), n.to_string()]);
+    }
+    if let Some(n) = args.max_depth {
+        limit_args.extend(["--max-depth".to_string(), n.to_string()]);
+    }
+    if let Some(n) = args.timeout {
+        limit_args.extend(["--timeout".to_string(), n.to_string()]);
+    }
+    Settings {
+        threads,
+        limits: Limits {
+            max_states: args.max_states,
+            max_depth: args.max_depth,
+            timeout: args.timeout.map(Duration::from_secs),
+        },
+        trace_dir: args.trace_dir.as_ref().map(Into::into),
+        trace_dir_arg: args.trace_dir.clone(),
+        limit_args,
+    }
+}
+
+fn title(spec: &Spec, case: &Case) -> String {
+    if case.point.is_empty() {
+        spec.name.clone()
+    } else {
+        format!("{} [{}]", spec.name, case.point)
+    }
+}
+
+/// Reports (table, JUnit, GitHub) and the exit code.
+fn finish(args: &Args, outcomes: &[Outcome]) -> Exit {
+    if args.format == Format::Human {
+        print!("{}", table::render(outcomes));
+        println!("\n{}", report::summary(outcomes));
+        let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
+        if let (Some(dir), true) = (&args.trace_dir, traces > 0) {
+            println!("counterexamples: {} trace files in {dir}", traces);
+        }
+    }
+    if github::active() {
+        for line in github::annotations(outcomes) {
+            // stdout stays JSON lines with --format json; the runner reads both streams.
+            match args.format {
+                Format::Human => println!("{line}"),
+                Format::Json => eprintln!("{line}"),
+            }
+        }
+        if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") {
+            let appended = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(github::summary(outcomes).as_bytes()));
+            if let Err(e) = appended {
+                eprintln!("warning: cannot append to GITHUB_STEP_SUMMARY: {e}");
+            }
+        }
+    }
+    if let Some(file) = &args.junit {
+        if let Err(e) = std::fs::write(file, junit::render(outcomes)) {
+            error::print(&[InputError::file(
+                file,
+                format!("cannot write JUnit XML: {e}"),
+            )]);
+            return Exit::Input;
+        }
+    }
+    if outcomes.iter().all(|o| o.matches) {
+        Exit::Ok
+    } else {
+        Exit::Finding
+    }
+}

@@ -1,0 +1,69 @@
+//! `kvcc explore`.
+
+use crate::error::{self, InputError};
+use crate::explore;
+use crate::point::Selector;
+use crate::spec::Spec;
+use crate::Exit;
+use kvcc_model::ContractModel;
+use std::io::Write;
+
+/// Browse one spec's state space in stateright's web explorer (loopback only).
+///
+/// States show as kvcc's named facts (`P req0: prefilling`) and actions in vLLM's
+/// vocabulary, as in traces. A spec with a matrix needs `--point` for every matrix path
+/// with more than one value. Prints the URL, then serves until stopped (Ctrl-C).
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  kvcc explore specs/seed-59325.toml\n  kvcc explore specs/seed-59325.toml --point prefill.pcp=4 --addr 127.0.0.1:8080"
+)]
+pub struct Args {
+    /// The spec file.
+    #[arg(value_name = "SPEC")]
+    pub spec: String,
+    /// Select the matrix point where KEY has VALUE (repeatable; e.g. `prefill.pcp=2`).
+    #[arg(long = "point", value_name = "KEY=VALUE")]
+    pub points: Vec<Selector>,
+    /// Address to serve on; must be loopback. Port 0 picks a free port.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:3000")]
+    pub addr: String,
+}
+
+pub fn exec(args: Args) -> Exit {
+    match prepare(&args) {
+        Ok((model, title, addr)) => {
+            println!("kvcc explore: {title} at http://{addr}/ (Ctrl-C to stop)");
+            let _ = std::io::stdout().flush();
+            explore::serve(model, addr);
+            Exit::Ok
+        }
+        Err(e) => {
+            error::print(&[e]);
+            Exit::Input
+        }
+    }
+}
+
+fn prepare(args: &Args) -> Result<(ContractModel, String, std::net::SocketAddr), InputError> {
+    let addr = explore::loopback(&args.addr)?;
+    let spec = Spec::load(&args.spec)?;
+    let mut cases = spec.cases(&args.points)?;
+    if cases.len() > 1 {
+        let points: Vec<String> = cases.iter().map(|c| format!("  {}", c.point)).collect();
+        return Err(InputError::file(
+            &spec.file,
+            format!(
+                "{} matrix points; select one with --point KEY=VALUE:\n{}",
+                cases.len(),
+                points.join("\n")
+            ),
+        ));
+    }
+    let case = cases.remove(0);
+    let title = if case.point.is_empty() {
+        spec.name.clone()
+    } else {
+        format!("{} [{}]", spec.name, case.point)
+    };
+    Ok((ContractModel::new(case.config), title, addr))
+}

@@ -1,0 +1,54 @@
+//! The subcommands, one file each: its arguments (whose doc comments are the help text)
+//! and an `exec` that runs it. To add one (`conform`, `simulate`, `bench`, ...): a new
+//! file here, one `Command` variant and one `exec` arm.
+
+pub mod check;
+pub mod explore;
+pub mod replay;
+pub mod schema;
+
+use crate::Exit;
+use clap::{Parser, Subcommand};
+
+const EXAMPLES: &str = "\
+Examples:
+  kvcc check                                   check every spec under specs/
+  kvcc check specs/seed-59325.toml --trace-dir traces
+  kvcc replay traces/seed-59325__eventually-freed__delay-freed-request-never-freed.itf.json
+  kvcc explore specs/seed-59325.toml --point prefill.pcp=2
+  kvcc schema > kvcc-spec.schema.json
+
+Exit codes: 0 as expected, 1 a finding (a verdict differs from its expectation, a trace
+does not reproduce), 2 a usage or input error.";
+
+/// kvcc: a model checker for vLLM KV-transfer completion contracts.
+///
+/// Spec files (TOML) describe a P/D topology, connector and scheduler behaviours, faults,
+/// a matrix of variations and the verdict the checker must reach. kvcc explores every
+/// reachable state, compares the verdict with the spec, and explains every violation as
+/// a counterexample for reviewers.
+#[derive(Debug, Parser)]
+#[command(name = "kvcc", version, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Check(check::Args),
+    Replay(replay::Args),
+    Explore(explore::Args),
+    Schema(schema::Args),
+}
+
+impl Command {
+    pub fn exec(self) -> Exit {
+        match self {
+            Command::Check(args) => check::exec(args),
+            Command::Replay(args) => replay::exec(args),
+            Command::Explore(args) => explore::exec(args),
+            Command::Schema(args) => schema::exec(args),
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! `kvcc replay`: re-executes an ITF counterexample against the model built from the spec
+//! it names, confirming every state's facts and the violation at the end.
+
+use crate::error::InputError;
+use crate::point::Point;
+use crate::spec::Spec;
+use crate::trace::itf::{ItfTrace, TRACE_FORMAT_VERSION};
+use crate::trace::Facts;
+use kvcc_model::checker::replay_path;
+use kvcc_model::properties::CLAUSES;
+use kvcc_model::{describe, Action, ContractModel};
+use std::collections::BTreeSet;
+
+/// What a replay concluded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// The trace replays step by step and ends in the violation it records.
+    Reproduces { clause: String, step: usize },
+    /// It does not, and why.
+    DoesNotReproduce(String),
+}
+
+/// The first fact where the replayed run and the trace disagree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    /// 0 for the initial state, else the step after which the states differ.
+    pub step: usize,
+    pub fact: String,
+    pub trace: String,
+    pub model: String,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let when = match self.step {
+            0 => "in the initial state".to_string(),
+            n => format!("after step {n}"),
+        };
+        let show = |s: &str| {
+            if s.is_empty() {
+                "(absent)".to_string()
+            } else {
+                format!("`{s}`")
+            }
+        };
+        write!(
+            f,
+            "{when}, fact `{}` is {} in the trace but {} in the model",
+            self.fact,
+            show(&self.trace),
+            show(&self.model)
+        )
+    }
+}
+
+/// Reads and checks the shape of an ITF trace; errors name the file, line and field.
+pub fn load(file: &str) -> Result<ItfTrace, InputError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| InputError::file(file, format!("cannot read trace: {e}")))?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    let trace: ItfTrace = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let (line, column) = (inner.line(), inner.column());
+        let message = inner.to_string();
+        let message = message
+            .strip_suffix(&format!(" at line {line} column {column}"))
+            .unwrap_or(&message);
+        InputError {
+            file: Some(file.to_string()),
+            at: Some((line, column)),
+            field: (path != ".").then_some(path),
+            message: format!("not a kvcc ITF trace: {message}"),
+        }
+    })?;
+    let bad = |field: &str, message: String| InputError {
+        file: Some(file.to_string()),
+        at: None,
+        field: Some(field.to_string()),
+        message,
+    };
+    if trace.meta.format != "ITF" {
+        return Err(bad(
+            "#meta.format",
+            format!("is `{}`, not `ITF`", trace.meta.format),
+        ));
+    }
+    if trace.meta.trace_format_version != TRACE_FORMAT_VERSION {
+        return Err(bad(
+            "#meta.trace-format-version",
+            format!(
+                "version {} is not read by kvcc {} (it reads {TRACE_FORMAT_VERSION})",
+                trace.meta.trace_format_version,
+                crate::VERSION
+            ),
+        ));
+    }
+    let Some(first) = trace.states.first() else {
+        return Err(bad("states", "has no state".into()));
+    };
+    if first.meta.action.is_some() {
+        return Err(bad(
+            "states[0].#meta.action",
+            "the initial state has no action".into(),
+        ));
+    }
+    for (i, state) in trace.states.iter().enumerate().skip(1) {
+        if state.meta.action.is_none() {
+            return Err(bad(&format!("states[{i}].#meta.action"), "missing".into()));
+        }
+    }
+    Ok(trace)
+}
+
+/// Replays `file`; `spec_override` replaces the spec path recorded in `#meta.source`.
+pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, InputError> {
+    let trace = load(file)?;
+    let spec_file = spec_override.unwrap_or(&trace.meta.source);
+    let spec = Spec::load(spec_file)?;
+    let point =
+        Point::from_json(&serde_json::Value::Object(trace.meta.point.clone())).map_err(|m| {
+            InputError {
+                field: Some("#meta.point".into()),
+                ..InputError::file(file, m)
+            }
+        })?;
+    let config = spec.config(&point)?;
+    let model = ContractModel::new(config);
+    let Some(clause) = CLAUSES
+        .iter()
+        .position(|c| c.property == trace.meta.property && c.clause == trace.meta.clause)
+    else {
+        return Ok(Replayed::DoesNotReproduce(format!(
+            "kvcc {} has no clause `{}: {}`",
+            crate::VERSION,
+            trace.meta.property,
+            trace.meta.clause
+        )));
+    };
+    let actions: Vec<Action> = trace.states.iter().filter_map(|s| s.meta.action).collect();
+    let recorded: Vec<Facts> = trace.states.iter().map(|s| s.fact_strings()).collect();
+    let difference = first_difference(&model, &actions, &recorded);
+    let name = format!("{}: {}", CLAUSES[clause].property, CLAUSES[clause].clause);
+    Ok(match (replay_path(&model, &actions, clause), difference) {
+        (Ok(_), None) => Replayed::Reproduces {
+            clause: name,
+            step: actions.len(),
+        },
+        (Ok(_), Some(d)) => {
+            Replayed::DoesNotReproduce(format!("the run still ends in `{name}`, but {d}"))
+        }
+        (Err(e), None) => Replayed::DoesNotReproduce(e.to_string()),
+        (Err(e), Some(d)) => Replayed::DoesNotReproduce(format!("{e}; first difference: {d}")),
+    })
+}
+
+/// Steps the model through `actions` while they are enabled and compares each state's
+/// facts with the recorded ones.
+fn first_difference(
+    model: &ContractModel,
+    actions: &[Action],
+    recorded: &[Facts],
+) -> Option<Difference> {
+    use stateright::Model;
+    let mut state = model.initial_state();
+    let mut enabled = Vec::new();
+    for (step, facts) in recorded.iter().enumerate() {
+        if step > 0 {
+            let action = actions[step - 1];
+            enabled.clear();
+            model.actions(&state, &mut enabled);
+            if !enabled.contains(&action) {
+                return None;
+            }
+            state = model.apply(&state, action)?;
+        }
+        let replayed = describe::facts(&state);
+        let names: BTreeSet<&String> = facts.keys().chain(replayed.keys()).collect();
+        for name in names {
+            let want = facts.get(name).cloned().unwrap_or_default();
+            let got = replayed.get(name).cloned().unwrap_or_default();
+            if want != got {
+                return Some(Difference {
+                    step,
+                    fact: name.clone(),
+                    trace: want,
+                    model: got,
+                });
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,90 @@
+//! `kvcc check --junit FILE`: JUnit XML, one `<testsuite>` per spec file and one
+//! `<testcase>` per check; a mismatch is a `<failure>`.
+
+use crate::run::Outcome;
+use std::fmt::Write;
+
+pub fn render(outcomes: &[Outcome]) -> String {
+    let mut files: Vec<&str> = Vec::new();
+    for o in outcomes {
+        if !files.contains(&o.file.as_str()) {
+            files.push(&o.file);
+        }
+    }
+    let failures = outcomes.iter().filter(|o| !o.matches).count();
+    let seconds: f64 = outcomes.iter().map(|o| o.seconds).sum();
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"kvcc\" tests=\"{}\" failures=\"{failures}\" time=\"{seconds:.3}\">",
+        outcomes.len()
+    );
+    for file in files {
+        let cases: Vec<&Outcome> = outcomes.iter().filter(|o| o.file == file).collect();
+        let failures = cases.iter().filter(|o| !o.matches).count();
+        let seconds: f64 = cases.iter().map(|o| o.seconds).sum();
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" time=\"{seconds:.3}\">",
+            escape(file),
+            cases.len()
+        );
+        for o in cases {
+            testcase(&mut out, o);
+        }
+        out += "  </testsuite>\n";
+    }
+    out += "</testsuites>\n";
+    out
+}
+
+fn testcase(out: &mut String, o: &Outcome) {
+    let _ = writeln!(
+        out,
+        "    <testcase classname=\"kvcc.{}\" name=\"{}\" file=\"{}\" line=\"{}\" time=\"{:.3}\">",
+        escape(&o.spec),
+        escape(&o.title()),
+        escape(&o.file),
+        o.expect_line,
+        o.seconds
+    );
+    if !o.matches {
+        let message = format!("expected {}, got {}", o.expectation, o.verdict_text());
+        let _ = writeln!(
+            out,
+            "      <failure type=\"mismatch\" message=\"{}\">{}</failure>",
+            escape(&message),
+            escape(&message)
+        );
+    }
+    let mut details = format!(
+        "verdict: {}\nunique states: {}, transitions: {}, depth: {}\n",
+        o.verdict_text(),
+        o.unique_states,
+        o.transitions,
+        o.max_depth
+    );
+    for t in &o.traces {
+        details += &format!("trace: {}\n", t.display());
+    }
+    let _ = writeln!(out, "      <system-out>{}</system-out>", escape(&details));
+    out.push_str("    </testcase>\n");
+}
+
+/// Escapes text for XML 1.0 content and attributes, dropping characters it forbids.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out += "&amp;",
+            '<' => out += "&lt;",
+            '>' => out += "&gt;",
+            '"' => out += "&quot;",
+            '\'' => out += "&apos;",
+            '\n' | '\t' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 => {}
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,223 @@
+//! Checking one case (a spec at a matrix point) and judging the verdict against the
+//! spec's expectation. A run cut by any limit is inconclusive and never matches.
+
+use crate::error::InputError;
+use crate::point::Point;
+use crate::spec::{Case, Expectation, Spec};
+use crate::trace::{self, Trace};
+use kvcc_model::checker::{self, Limits, Options, Verdict};
+use kvcc_model::properties::CLAUSES;
+use kvcc_model::ContractModel;
+use std::path::PathBuf;
+
+/// How every case of a run is checked.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    pub threads: usize,
+    /// Command-line limits; each one set overrides the spec's.
+    pub limits: Limits,
+    /// Where counterexamples go, if anywhere.
+    pub trace_dir: Option<PathBuf>,
+    /// The trace directory as given on the command line (for reproduce commands).
+    pub trace_dir_arg: Option<String>,
+    /// Command-line limit flags, repeated in reproduce commands.
+    pub limit_args: Vec<String>,
+}
+
+/// What the checker concluded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    Holds,
+    Violated,
+    /// Cut short (the reason); any violations found so far are in `violations`.
+    Inconclusive(String),
+}
+
+/// A violated clause.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub property: String,
+    pub clause: String,
+    pub clause_index: usize,
+    /// Steps of the shortest counterexample.
+    pub depth: usize,
+}
+
+/// One check's result.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub spec: String,
+    pub file: String,
+    pub point: Point,
+    pub expectation: Expectation,
+    pub expect_line: usize,
+    pub observed: Observed,
+    pub violations: Vec<Violation>,
+    pub matches: bool,
+    pub unique_states: u64,
+    pub transitions: u64,
+    pub max_depth: u32,
+    pub seconds: f64,
+    pub states_per_second: f64,
+    /// Trace files written, `.txt` first for each violation.
+    pub traces: Vec<PathBuf>,
+}
+
+impl Outcome {
+    /// `name` or `name [prefill.pcp=2]`.
+    pub fn title(&self) -> String {
+        if self.point.is_empty() {
+            self.spec.clone()
+        } else {
+            format!("{} [{}]", self.spec, self.point)
+        }
+    }
+
+    /// `holds`, `violated (property: clause, ...)` or `inconclusive (reason)`.
+    pub fn verdict_text(&self) -> String {
+        let clauses = || {
+            self.violations
+                .iter()
+                .map(|v| format!("{}: {}", v.property, v.clause))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &self.observed {
+            Observed::Holds => "holds".into(),
+            Observed::Violated => format!("violated ({})", clauses()),
+            Observed::Inconclusive(reason) if self.violations.is_empty() => {
+                format!("inconclusive ({reason})")
+            }
+            Observed::Inconclusive(reason) => {
+                format!("inconclusive ({reason}; violated so far: {})", clauses())
+            }
+        }
+    }
+
+    /// The violated properties, each once, in clause order.
+    pub fn violated_properties(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for v in &self.violations {
+            if !names.contains(&v.property) {
+                names.push(v.property.clone());
+            }
+        }
+        names
+    }
+}
+
+/// Whether an observation meets an expectation. Only an exhaustive run can.
+pub fn matches(expectation: &Expectation, observed: &Observed, violated: &[String]) -> bool {
+    match (expectation, observed) {
+        (Expectation::Holds, Observed::Holds) => true,
+        (Expectation::Violated(want), Observed::Violated) => {
+            let mut want = want.clone();
+            let mut got = violated.to_vec();
+            want.sort();
+            got.sort();
+            want == got
+        }
+        _ => false,
+    }
+}
+
+/// The limits of a case: the spec's, each overridden by the command line's.
+pub fn limits(spec: &Spec, settings: &Settings) -> Limits {
+    Limits {
+        max_states: settings.limits.max_states.or(spec.limits.max_states),
+        max_depth: settings.limits.max_depth.or(spec.limits.max_depth),
+        timeout: settings.limits.timeout.or(spec.limits.timeout),
+    }
+}
+
+/// Checks one case, writing its counterexamples when asked to.
+pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, InputError> {
+    let model = ContractModel::new(case.config.clone());
+    let options = Options {
+        threads: settings.threads.max(1),
+        symmetry: true,
+        limits: limits(spec, settings),
+    };
+    let report = checker::check(&model, &options);
+    let violations: Vec<Violation> = report
+        .counterexamples
+        .iter()
+        .map(|c| Violation {
+            property: CLAUSES[c.clause].property.to_string(),
+            clause: CLAUSES[c.clause].clause.to_string(),
+            clause_index: c.clause,
+            depth: c.steps.len(),
+        })
+        .collect();
+    let observed = match (&report.verdict, &report.cutoff) {
+        (Verdict::Inconclusive(cut), _) | (Verdict::Violated, Some(cut)) => {
+            Observed::Inconclusive(cut.to_string())
+        }
+        (Verdict::Violated, None) => Observed::Violated,
+        (Verdict::Holds, _) => Observed::Holds,
+    };
+    let mut traces = Vec::new();
+    if let Some(dir) = &settings.trace_dir {
+        for counterexample in &report.counterexamples {
+            let command = reproduce_command(spec, &case.point, settings);
+            let trace = Trace::new(&model, spec, &case.point, counterexample, command);
+            let written = trace::write_all(&trace, dir).map_err(|e| {
+                InputError::file(
+                    &dir.display().to_string(),
+                    format!("cannot write trace: {e}"),
+                )
+            })?;
+            traces.extend(written);
+        }
+    }
+    let mut outcome = Outcome {
+        spec: spec.name.clone(),
+        file: spec.file.clone(),
+        point: case.point.clone(),
+        expectation: case.expectation.clone(),
+        expect_line: case.expect_line,
+        observed,
+        violations,
+        matches: false,
+        unique_states: report.unique_states,
+        transitions: report.transitions,
+        max_depth: report.max_depth,
+        seconds: report.elapsed.as_secs_f64(),
+        states_per_second: report.states_per_second(),
+        traces,
+    };
+    outcome.matches = matches(
+        &outcome.expectation,
+        &outcome.observed,
+        &outcome.violated_properties(),
+    );
+    Ok(outcome)
+}
+
+/// The exact command that re-runs this case and rewrites its traces.
+pub fn reproduce_command(spec: &Spec, point: &Point, settings: &Settings) -> String {
+    let mut args = vec!["kvcc".to_string(), "check".to_string(), spec.file.clone()];
+    args.extend(point.args());
+    args.extend(settings.limit_args.iter().cloned());
+    if let Some(dir) = &settings.trace_dir_arg {
+        args.push("--trace-dir".into());
+        args.push(dir.clone());
+    }
+    args.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Quotes an argument for a POSIX shell when it needs it.
+pub fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}

@@ -1,0 +1,202 @@
+//! A spec's text with the spans of its keys and values, so that an error found after
+//! deserializing (a `Config::validate` failure, a serde error on a value the matrix
+//! set) can still point at `FILE:LINE:COLUMN`.
+
+use crate::error::InputError;
+use std::ops::Range;
+use toml_edit::{ImDocument, Item, Table, TableLike, Value};
+
+/// One step of a path into a TOML document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+impl Seg {
+    /// Segments of a dotted path (`prefill.pcp`).
+    pub fn dotted(path: &str) -> Vec<Seg> {
+        path.split('.').map(|k| Seg::Key(k.to_string())).collect()
+    }
+}
+
+/// Renders segments as a field path: `expect.when[0].verdict`.
+pub fn field_path(segs: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in segs {
+        match seg {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                // A quoted matrix key (`"prefill.pcp"`) stays one segment.
+                if k.contains(['.', ' ']) {
+                    out.push_str(&format!("\"{k}\""));
+                } else {
+                    out.push_str(k);
+                }
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// Whether an error is about a key (unknown field) or its value (wrong type, bad value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Key,
+    Value,
+}
+
+pub struct Source {
+    /// The path as given on the command line.
+    pub file: String,
+    doc: ImDocument<String>,
+}
+
+/// A node of the document while walking a path.
+#[derive(Clone, Copy)]
+enum Node<'a> {
+    Table(&'a Table),
+    Item(&'a Item),
+    Value(&'a Value),
+}
+
+impl<'a> Node<'a> {
+    fn table_like(self) -> Option<&'a dyn TableLike> {
+        match self {
+            Node::Table(t) => Some(t),
+            Node::Item(i) => i.as_table_like(),
+            Node::Value(v) => v.as_inline_table().map(|t| t as &dyn TableLike),
+        }
+    }
+
+    fn index(self, i: usize) -> Option<Node<'a>> {
+        match self {
+            Node::Item(Item::ArrayOfTables(a)) => a.get(i).map(Node::Table),
+            Node::Item(Item::Value(Value::Array(a))) | Node::Value(Value::Array(a)) => {
+                a.get(i).map(Node::Value)
+            }
+            _ => None,
+        }
+    }
+
+    fn span(self) -> Option<Range<usize>> {
+        match self {
+            Node::Table(t) => t.span(),
+            Node::Item(i) => i.span(),
+            Node::Value(v) => v.span(),
+        }
+    }
+}
+
+impl Source {
+    /// Parses `text`; a syntax error names its line and column.
+    pub fn parse(file: &str, text: String) -> Result<Source, InputError> {
+        match ImDocument::parse(text.clone()) {
+            Ok(doc) => Ok(Source {
+                file: file.to_string(),
+                doc,
+            }),
+            Err(e) => {
+                let at = e.span().map(|s| line_col(&text, s.start));
+                Err(InputError {
+                    file: Some(file.to_string()),
+                    at: at.or(Some((1, 1))),
+                    field: None,
+                    message: format!("invalid TOML: {}", one_line(e.message())),
+                })
+            }
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        self.doc.raw()
+    }
+
+    /// 1-based line and column of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        line_col(self.text(), offset)
+    }
+
+    /// The span of the key or value at `segs`, or of the nearest enclosing key or table
+    /// that exists (a missing field points at its table).
+    pub fn locate(&self, segs: &[Seg], part: Part) -> Option<Range<usize>> {
+        let mut node = Node::Table(self.doc.as_table());
+        let mut best = None;
+        for (i, seg) in segs.iter().enumerate() {
+            let last = i + 1 == segs.len();
+            let next = match seg {
+                Seg::Key(k) => {
+                    node.table_like()
+                        .and_then(|t| t.get_key_value(k))
+                        .map(|(key, item)| {
+                            let item = Node::Item(item);
+                            let span = match (last, part) {
+                                (true, Part::Value) => item.span().or_else(|| key.span()),
+                                _ => key.span().or_else(|| item.span()),
+                            };
+                            (item, span)
+                        })
+                }
+                Seg::Index(idx) => node.index(*idx).map(|n| (n, n.span())),
+            };
+            let Some((n, span)) = next else { break };
+            node = n;
+            best = span.or(best);
+        }
+        best
+    }
+
+    /// 1-based (line, column) of `segs`, 1:1 when nothing of it exists in the file.
+    pub fn position(&self, segs: &[Seg], part: Part) -> (usize, usize) {
+        self.locate(segs, part)
+            .map(|s| self.line_col(s.start))
+            .unwrap_or((1, 1))
+    }
+
+    /// An error at a span (or at 1:1 when there is none).
+    pub fn error_at(
+        &self,
+        span: Option<Range<usize>>,
+        field: Option<String>,
+        message: impl Into<String>,
+    ) -> InputError {
+        InputError {
+            file: Some(self.file.clone()),
+            at: Some(span.map(|s| self.line_col(s.start)).unwrap_or((1, 1))),
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// An error about the field at `segs`.
+    pub fn error(&self, segs: &[Seg], part: Part, message: impl Into<String>) -> InputError {
+        let field = (!segs.is_empty()).then(|| field_path(segs));
+        self.error_at(self.locate(segs, part), field, message)
+    }
+
+    /// The document, for walking tables in file order.
+    pub fn table(&self) -> &Table {
+        self.doc.as_table()
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// A multi-line parser message on one line.
+pub fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}

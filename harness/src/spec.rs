@@ -1,0 +1,718 @@
+//! Spec files: one contract scenario, its matrix and what the checker must conclude.
+//!
+//! ```toml
+//! version = 1
+//! requests = 1
+//! expected-count = "world-size"
+//! [prefill]
+//! tp = 1
+//! pcp = 2
+//! [decode]
+//! tp = 1
+//! [matrix]
+//! "prefill.pcp" = [2, 4]
+//! [expect]
+//! verdict = "violated"
+//! violates = ["eventually-freed", "aggregator-drains"]
+//! ```
+//!
+//! Top-level `version`, `name`, `description`, `matrix`, `expect` and `limits` belong to
+//! the spec; every other key is a field of `kvcc_model::Config`. Matrix values are written
+//! into the TOML before `Config` is deserialized, so every error still names its field,
+//! and points at the matrix entry when the matrix put the value there.
+
+use crate::error::InputError;
+use crate::point::{value_text, Point, Selector};
+use crate::schema;
+use crate::source::{field_path, one_line, Part, Seg, Source};
+use kvcc_model::checker::Limits;
+use kvcc_model::properties::PROPERTIES;
+use kvcc_model::Config;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+/// The spec format version this kvcc reads.
+pub const FORMAT_VERSION: i64 = 1;
+
+/// What the checker must conclude at a point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expectation {
+    Holds,
+    /// Exactly these properties are violated (in `PROPERTIES` order).
+    Violated(Vec<String>),
+}
+
+impl std::fmt::Display for Expectation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expectation::Holds => write!(f, "holds"),
+            Expectation::Violated(p) => write!(f, "violated ({})", p.join(", ")),
+        }
+    }
+}
+
+/// One `[matrix]` entry: a Config field path and the values it takes.
+#[derive(Clone, Debug)]
+pub struct MatrixEntry {
+    pub path: String,
+    pub values: Vec<toml::Value>,
+    /// Where the entry's list is in the document.
+    segs: Vec<Seg>,
+}
+
+/// An `[[expect.when]]` override.
+#[derive(Clone, Debug)]
+pub struct When {
+    pub selectors: Vec<Selector>,
+    pub expectation: Expectation,
+    /// The line of its `[[expect.when]]` header.
+    pub line: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Expect {
+    pub default: Expectation,
+    /// The line of the `[expect]` table.
+    pub line: usize,
+    pub when: Vec<When>,
+}
+
+/// One check a spec asks for: a matrix point, its config and its expectation.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub point: Point,
+    pub config: Config,
+    pub expectation: Expectation,
+    /// The line that states the expectation (`[expect]` or the matching `[[expect.when]]`).
+    pub expect_line: usize,
+}
+
+pub struct Spec {
+    /// The path as given on the command line.
+    pub file: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub source: Source,
+    /// The Config part of the document (every non-reserved top-level key).
+    config: toml::Table,
+    pub matrix: Vec<MatrixEntry>,
+    pub expect: Expect,
+    pub limits: Limits,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum VerdictToml {
+    Holds,
+    Violated,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ExpectToml {
+    verdict: VerdictToml,
+    #[serde(default)]
+    violates: Option<Vec<String>>,
+    #[serde(default)]
+    when: Vec<WhenToml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct WhenToml {
+    #[serde(rename = "match")]
+    matches: toml::Table,
+    verdict: VerdictToml,
+    #[serde(default)]
+    violates: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct LimitsToml {
+    max_states: Option<u64>,
+    max_depth: Option<u32>,
+    timeout_seconds: Option<u64>,
+}
+
+fn key(k: &str) -> Seg {
+    Seg::Key(k.to_string())
+}
+
+impl Spec {
+    /// Reads and validates a spec file (everything but the per-point configs).
+    pub fn load(file: &str) -> Result<Spec, InputError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| InputError::file(file, format!("cannot read spec: {e}")))?;
+        Spec::parse(file, text)
+    }
+
+    /// Validates a spec's text; `file` is used for messages and the default name.
+    pub fn parse(file: &str, text: String) -> Result<Spec, InputError> {
+        let source = Source::parse(file, text)?;
+        let mut table: toml::Table = toml::from_str(source.text()).map_err(|e| {
+            let span = e.span();
+            source.error_at(
+                span,
+                None,
+                format!("invalid TOML: {}", one_line(e.message())),
+            )
+        })?;
+        let version = table.remove("version");
+        check_version(&source, version)?;
+        let name = match table.remove("name") {
+            None => default_name(file),
+            Some(toml::Value::String(s)) if !s.trim().is_empty() => s,
+            Some(_) => {
+                return Err(source.error(&[key("name")], Part::Value, "must be a non-empty string"))
+            }
+        };
+        let description = match table.remove("description") {
+            None => None,
+            Some(toml::Value::String(s)) => Some(s),
+            Some(_) => {
+                return Err(source.error(&[key("description")], Part::Value, "must be a string"))
+            }
+        };
+        let limits = match table.remove("limits") {
+            None => Limits::default(),
+            Some(v) => {
+                let l: LimitsToml = deserialize(&source, &[key("limits")], v)?;
+                Limits {
+                    max_states: l.max_states,
+                    max_depth: l.max_depth,
+                    timeout: l.timeout_seconds.map(Duration::from_secs),
+                }
+            }
+        };
+        let matrix = match table.remove("matrix") {
+            None => Vec::new(),
+            Some(v) => matrix_entries(&source, v)?,
+        };
+        let expect = match table.remove("expect") {
+            None => {
+                return Err(source.error_at(
+                    None,
+                    Some("expect".into()),
+                    "missing: say what the checker must conclude, e.g. `[expect]` with `verdict = \"holds\"`",
+                ))
+            }
+            Some(v) => expectations(&source, &matrix, v)?,
+        };
+        Ok(Spec {
+            file: file.to_string(),
+            name,
+            description,
+            source,
+            config: table,
+            matrix,
+            expect,
+            limits,
+        })
+    }
+
+    /// Every matrix point, first matrix entry varying slowest.
+    pub fn points(&self) -> Vec<Point> {
+        let mut points = vec![Point::default()];
+        for entry in &self.matrix {
+            points = points
+                .into_iter()
+                .flat_map(|p| {
+                    entry.values.iter().map(move |v| {
+                        let mut p = p.clone();
+                        p.0.push((entry.path.clone(), v.clone()));
+                        p
+                    })
+                })
+                .collect();
+        }
+        points
+    }
+
+    /// The checks this spec asks for, narrowed by `--point` selectors; every config is
+    /// built and validated, so a run never starts on a bad spec.
+    pub fn cases(&self, selectors: &[Selector]) -> Result<Vec<Case>, InputError> {
+        for s in selectors {
+            self.check_selector(s)?;
+        }
+        let mut cases = Vec::new();
+        for point in self.points() {
+            if !selectors.iter().all(|s| s.selects(&point)) {
+                continue;
+            }
+            let config = self.config(&point)?;
+            let (expectation, expect_line) = self.expectation(&point);
+            cases.push(Case {
+                point,
+                config,
+                expectation,
+                expect_line,
+            });
+        }
+        if cases.is_empty() {
+            let wanted: Vec<String> = selectors
+                .iter()
+                .map(|s| format!("{}={}", s.path, value_text(&s.value)))
+                .collect();
+            return Err(InputError::file(
+                &self.file,
+                format!("no matrix point has {}", wanted.join(" and ")),
+            ));
+        }
+        Ok(cases)
+    }
+
+    fn check_selector(&self, s: &Selector) -> Result<(), InputError> {
+        let Some(entry) = self.matrix.iter().find(|e| e.path == s.path) else {
+            let known: Vec<&str> = self.matrix.iter().map(|e| e.path.as_str()).collect();
+            let known = if known.is_empty() {
+                "it has no matrix".to_string()
+            } else {
+                format!("its matrix has {}", known.join(", "))
+            };
+            return Err(InputError::file(
+                &self.file,
+                format!(
+                    "--point {}: not a matrix path of this spec ({known})",
+                    s.path
+                ),
+            ));
+        };
+        if !entry.values.contains(&s.value) {
+            return Err(InputError::file(
+                &self.file,
+                format!(
+                    "--point {}={}: not a value of the matrix ({})",
+                    s.path,
+                    value_text(&s.value),
+                    values_text(&entry.values)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The config at a matrix point (which may come from a trace: its values need not be
+    /// in the matrix any more, but it must name exactly the matrix's paths).
+    pub fn config(&self, point: &Point) -> Result<Config, InputError> {
+        let paths: Vec<&str> = point.0.iter().map(|(p, _)| p.as_str()).collect();
+        let matrix: Vec<&str> = self.matrix.iter().map(|e| e.path.as_str()).collect();
+        let mut sorted = (paths.clone(), matrix.clone());
+        sorted.0.sort();
+        sorted.1.sort();
+        if sorted.0 != sorted.1 {
+            return Err(InputError::file(
+                &self.file,
+                format!(
+                    "the matrix point [{}] does not name the spec's matrix paths [{}]",
+                    paths.join(", "),
+                    matrix.join(", ")
+                ),
+            ));
+        }
+        let mut table = self.config.clone();
+        for (path, value) in &point.0 {
+            set_path(&mut table, path, value.clone())
+                .map_err(|m| self.field_error(point, &Seg::dotted(path), Part::Value, m))?;
+        }
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let (field, at, part) = serde_failure(e.path(), e.inner().message());
+                let error = self.field_error(point, &at, part, e.inner().message().trim());
+                InputError {
+                    field: Some(field_path(&field)),
+                    ..error
+                }
+            })?;
+        config
+            .validate()
+            .map_err(|e| self.field_error(point, &Seg::dotted(&e.field), Part::Value, e.message))?;
+        Ok(config)
+    }
+
+    /// An error about a Config field: at the matrix value when the matrix set it.
+    fn field_error(
+        &self,
+        point: &Point,
+        segs: &[Seg],
+        part: Part,
+        message: impl Into<String>,
+    ) -> InputError {
+        let field = Some(field_path(segs));
+        let dotted = field_path(segs);
+        for entry in &self.matrix {
+            let covers = dotted == entry.path || dotted.starts_with(&format!("{}.", entry.path));
+            let index = point
+                .get(&entry.path)
+                .and_then(|v| entry.values.iter().position(|x| x == v));
+            if let (true, Some(i)) = (covers, index) {
+                let mut at = entry.segs.clone();
+                at.push(Seg::Index(i));
+                let span = self.source.locate(&at, Part::Value);
+                let message = format!("{} (from [matrix] \"{}\")", message.into(), entry.path);
+                return self.source.error_at(span, field, message);
+            }
+        }
+        self.source
+            .error_at(self.source.locate(segs, part), field, message)
+    }
+
+    /// The expectation at a point: the first matching `[[expect.when]]`, else `[expect]`.
+    pub fn expectation(&self, point: &Point) -> (Expectation, usize) {
+        for when in &self.expect.when {
+            if when.selectors.iter().all(|s| s.selects(point)) {
+                return (when.expectation.clone(), when.line);
+            }
+        }
+        (self.expect.default.clone(), self.expect.line)
+    }
+}
+
+fn default_name(file: &str) -> String {
+    Path::new(file)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.to_string())
+}
+
+fn values_text(values: &[toml::Value]) -> String {
+    values.iter().map(value_text).collect::<Vec<_>>().join(", ")
+}
+
+fn check_version(source: &Source, version: Option<toml::Value>) -> Result<(), InputError> {
+    let at = [key("version")];
+    match version {
+        None => Err(source.error_at(
+            None,
+            Some("version".into()),
+            format!("missing: start the spec with `version = {FORMAT_VERSION}`"),
+        )),
+        Some(toml::Value::Integer(FORMAT_VERSION)) => Ok(()),
+        Some(toml::Value::Integer(v)) => Err(source.error(
+            &at,
+            Part::Value,
+            format!(
+                "spec format version {v} is not supported by kvcc {} (it reads version {FORMAT_VERSION})",
+                crate::VERSION
+            ),
+        )),
+        Some(_) => Err(source.error(&at, Part::Value, "must be an integer (`version = 1`)")),
+    }
+}
+
+/// Deserializes a reserved table, naming the failing field and its position.
+fn deserialize<T: DeserializeOwned>(
+    source: &Source,
+    prefix: &[Seg],
+    value: toml::Value,
+) -> Result<T, InputError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let (field, at, part) = serde_failure(e.path(), e.inner().message());
+        let join = |segs: Vec<Seg>| prefix.iter().cloned().chain(segs).collect::<Vec<_>>();
+        let error = source.error(&join(at), part, e.inner().message().trim());
+        InputError {
+            field: Some(field_path(&join(field))),
+            ..error
+        }
+    })
+}
+
+/// From a serde error: the field path, where to point, and whether at the key or value.
+/// serde reports an unknown or missing field at its table; the field's name is in the
+/// message.
+fn serde_failure(path: &serde_path_to_error::Path, message: &str) -> (Vec<Seg>, Vec<Seg>, Part) {
+    let mut segs = Vec::new();
+    for seg in path {
+        match seg {
+            serde_path_to_error::Segment::Map { key } => segs.push(Seg::Key(key.clone())),
+            serde_path_to_error::Segment::Seq { index } => segs.push(Seg::Index(*index)),
+            serde_path_to_error::Segment::Enum { variant } => segs.push(Seg::Key(variant.clone())),
+            serde_path_to_error::Segment::Unknown => break,
+        }
+    }
+    let quoted = |prefix: &str| {
+        message
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split('`').next())
+            .map(str::to_string)
+    };
+    if let Some(name) = quoted("unknown field `") {
+        if segs.last() != Some(&Seg::Key(name.clone())) {
+            segs.push(Seg::Key(name));
+        }
+        return (segs.clone(), segs, Part::Key);
+    }
+    if let Some(name) = quoted("missing field `") {
+        let mut field = segs.clone();
+        field.push(Seg::Key(name));
+        return (field, segs, Part::Key);
+    }
+    (segs.clone(), segs, Part::Value)
+}
+
+/// Writes `value` at a dotted path, creating tables on the way.
+fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
+    let mut segments = path.split('.').peekable();
+    let mut table = table;
+    while let Some(seg) = segments.next() {
+        if segments.peek().is_none() {
+            table.insert(seg.to_string(), value);
+            return Ok(());
+        }
+        let entry = table
+            .entry(seg.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = match entry {
+            toml::Value::Table(t) => t,
+            _ => return Err(format!("`{seg}` is not a table, so `{path}` cannot be set")),
+        };
+    }
+    Ok(())
+}
+
+/// Flattens `[matrix]` (quoted dotted keys or nested tables) into entries, in file order.
+fn matrix_entries(source: &Source, matrix: toml::Value) -> Result<Vec<MatrixEntry>, InputError> {
+    let schema = schema::schema();
+    let mut entries = Vec::new();
+    let root = [key("matrix")];
+    let toml::Value::Table(table) = matrix else {
+        return Err(source.error(
+            &root,
+            Part::Value,
+            "must be a table of `\"field.path\" = [values]`",
+        ));
+    };
+    let mut stack: Vec<(Vec<String>, toml::Table)> = vec![(Vec::new(), table)];
+    while let Some((prefix, table)) = stack.pop() {
+        for (k, v) in table {
+            let mut keys = prefix.clone();
+            keys.push(k);
+            let path = keys.join(".");
+            let segs: Vec<Seg> = root
+                .iter()
+                .cloned()
+                .chain(keys.iter().map(|k| key(k)))
+                .collect();
+            let known = schema::config_field(&schema, &path).is_some();
+            match v {
+                toml::Value::Array(values) if known => {
+                    if values.is_empty() {
+                        return Err(source.error(
+                            &segs,
+                            Part::Value,
+                            "an empty list gives no matrix point",
+                        ));
+                    }
+                    entries.push(MatrixEntry { path, values, segs });
+                }
+                toml::Value::Table(t) if !known => stack.push((keys, t)),
+                _ if !known => {
+                    return Err(source.error(
+                        &segs,
+                        Part::Key,
+                        format!("`{path}` is not a Config field path (see `kvcc schema`)"),
+                    ))
+                }
+                _ => {
+                    return Err(source.error(
+                        &segs,
+                        Part::Value,
+                        format!("a matrix entry is a list of values: `\"{path}\" = [...]`"),
+                    ))
+                }
+            }
+        }
+    }
+    entries.sort_by_key(|e| {
+        source
+            .locate(&e.segs, Part::Key)
+            .map(|s: Range<usize>| s.start)
+    });
+    for (i, a) in entries.iter().enumerate() {
+        for b in &entries[i + 1..] {
+            let (short, long) = if a.path.len() <= b.path.len() {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            if long.path == short.path || long.path.starts_with(&format!("{}.", short.path)) {
+                return Err(source.error(
+                    &long.segs,
+                    Part::Key,
+                    format!("overlaps the matrix entry `{}`", short.path),
+                ));
+            }
+        }
+    }
+    Ok(entries)
+}
+
+fn expectation(
+    source: &Source,
+    at: &[Seg],
+    verdict: VerdictToml,
+    violates: Option<Vec<String>>,
+) -> Result<Expectation, InputError> {
+    let mut violates_at = at.to_vec();
+    violates_at.push(key("violates"));
+    match (verdict, violates) {
+        (VerdictToml::Holds, None) => Ok(Expectation::Holds),
+        (VerdictToml::Holds, Some(_)) => Err(source.error(
+            &violates_at,
+            Part::Key,
+            "only a \"violated\" verdict names violated properties",
+        )),
+        (VerdictToml::Violated, None) => Err(source.error(
+            at,
+            Part::Key,
+            "verdict \"violated\" needs `violates = [...]`: exactly the properties the check must violate",
+        )),
+        (VerdictToml::Violated, Some(names)) => {
+            if names.is_empty() {
+                return Err(source.error(&violates_at, Part::Value, "names no property"));
+            }
+            for (i, name) in names.iter().enumerate() {
+                if !PROPERTIES.contains(&name.as_str()) {
+                    let mut item = violates_at.clone();
+                    item.push(Seg::Index(i));
+                    return Err(source.error(
+                        &item,
+                        Part::Value,
+                        format!("unknown property `{name}` (known: {})", PROPERTIES.join(", ")),
+                    ));
+                }
+            }
+            let ordered = PROPERTIES
+                .iter()
+                .filter(|p| names.iter().any(|n| n == *p))
+                .map(|p| p.to_string())
+                .collect();
+            Ok(Expectation::Violated(ordered))
+        }
+    }
+}
+
+fn expectations(
+    source: &Source,
+    matrix: &[MatrixEntry],
+    value: toml::Value,
+) -> Result<Expect, InputError> {
+    let root = [key("expect")];
+    let parsed: ExpectToml = deserialize(source, &root, value)?;
+    let default = expectation(source, &root, parsed.verdict, parsed.violates)?;
+    let mut when = Vec::new();
+    for (i, w) in parsed.when.into_iter().enumerate() {
+        let at = vec![key("expect"), key("when"), Seg::Index(i)];
+        let expectation = expectation(source, &at, w.verdict, w.violates)?;
+        let mut match_at = at.clone();
+        match_at.push(key("match"));
+        let selectors = when_selectors(source, matrix, &match_at, w.matches)?;
+        when.push(When {
+            selectors,
+            expectation,
+            line: source.position(&at, Part::Key).0,
+        });
+    }
+    Ok(Expect {
+        default,
+        line: source.position(&root, Part::Key).0,
+        when,
+    })
+}
+
+/// `match = { "prefill.pcp" = 1 }`: matrix paths (quoted or nested) to matrix values.
+fn when_selectors(
+    source: &Source,
+    matrix: &[MatrixEntry],
+    at: &[Seg],
+    table: toml::Table,
+) -> Result<Vec<Selector>, InputError> {
+    if table.is_empty() {
+        return Err(source.error(
+            at,
+            Part::Value,
+            "matches nothing: name matrix paths and values",
+        ));
+    }
+    let mut selectors = Vec::new();
+    let mut stack: Vec<(Vec<String>, toml::Table)> = vec![(Vec::new(), table)];
+    while let Some((prefix, table)) = stack.pop() {
+        for (k, v) in table {
+            let mut keys = prefix.clone();
+            keys.push(k);
+            let path = keys.join(".");
+            let segs: Vec<Seg> = at
+                .iter()
+                .cloned()
+                .chain(keys.iter().map(|k| key(k)))
+                .collect();
+            match (matrix.iter().find(|e| e.path == path), v) {
+                (Some(entry), v) => {
+                    if !entry.values.contains(&v) {
+                        return Err(source.error(
+                            &segs,
+                            Part::Value,
+                            format!(
+                                "never matches: {} is not a value of the matrix ({})",
+                                value_text(&v),
+                                values_text(&entry.values)
+                            ),
+                        ));
+                    }
+                    selectors.push(Selector { path, value: v });
+                }
+                (None, toml::Value::Table(t)) => stack.push((keys, t)),
+                (None, _) => {
+                    return Err(source.error(
+                        &segs,
+                        Part::Key,
+                        format!("`{path}` is not a path of this spec's [matrix]"),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(selectors)
+}
+
+/// The spec files under `paths`: files as given, directories searched recursively for
+/// `*.toml`, each directory's files sorted.
+pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
+    let mut files = Vec::new();
+    for path in paths {
+        let meta = std::fs::metadata(path)
+            .map_err(|e| InputError::file(path, format!("cannot read: {e}")))?;
+        if meta.is_dir() {
+            let before = files.len();
+            walk(Path::new(path), &mut files)
+                .map_err(|e| InputError::file(path, format!("cannot read directory: {e}")))?;
+            if files.len() == before {
+                return Err(InputError::file(
+                    path,
+                    "no spec files (*.toml) in this directory",
+                ));
+            }
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn walk(dir: &Path, files: &mut Vec<String>) -> std::io::Result<()> {
+    let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            walk(&entry, files)?;
+        } else if entry.extension().is_some_and(|e| e == "toml") {
+            files.push(entry.display().to_string());
+        }
+    }
+    Ok(())
+}

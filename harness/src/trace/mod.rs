@@ -1,0 +1,157 @@
+//! Counterexamples for people and tools, written four ways for every violated clause
+//! (`--trace-dir`): `NAME.txt` (numbered steps, only what changed), `NAME.md` (the same
+//! for a PR comment, with a Mermaid sequence diagram), `NAME.itf.json` (the Informal
+//! Trace Format, replayable with `kvcc replay`) and `NAME.sh` (the exact command that
+//! reproduces the run). NAME is `SPEC[__POINT]__PROPERTY__CLAUSE`.
+
+pub mod itf;
+pub mod markdown;
+pub mod text;
+
+use crate::point::{sanitize, Point};
+use crate::run::shell_quote;
+use crate::spec::Spec;
+use kvcc_model::checker::{Counterexample, Kind};
+use kvcc_model::properties::CLAUSES;
+use kvcc_model::{describe, Action, ContractModel};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Named facts of one state (`describe::facts`).
+pub type Facts = BTreeMap<String, String>;
+
+/// One step of a counterexample.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub action: Action,
+    /// The action in vLLM's vocabulary.
+    pub description: String,
+    /// Every fact after the step.
+    pub facts: Facts,
+    /// (fact, before, after) for the facts the step changed.
+    pub changes: Vec<(String, String, String)>,
+}
+
+/// A counterexample with everything its renderings need.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub spec_name: String,
+    /// The spec path as given on the command line.
+    pub spec_file: String,
+    pub point: Point,
+    pub property: String,
+    pub clause: String,
+    pub clause_index: usize,
+    pub kind: Kind,
+    pub meaning: String,
+    /// The command that reproduces the run.
+    pub command: String,
+    pub initial: Facts,
+    pub steps: Vec<Step>,
+    pub prefill_ranks: u16,
+    pub decode_ranks: u16,
+    /// Per read handle: (D rank, P rank it reads).
+    pub handles: Vec<(u16, u16)>,
+}
+
+impl Trace {
+    pub fn new(
+        model: &ContractModel,
+        spec: &Spec,
+        point: &Point,
+        counterexample: &Counterexample<ContractModel>,
+        command: String,
+    ) -> Trace {
+        let clause = &CLAUSES[counterexample.clause];
+        let mut before = &counterexample.initial;
+        let mut steps = Vec::new();
+        for (action, after) in &counterexample.steps {
+            steps.push(Step {
+                action: *action,
+                description: describe::action(model, action),
+                facts: describe::facts(after),
+                changes: describe::diff(before, after),
+            });
+            before = after;
+        }
+        let t = &model.topology;
+        Trace {
+            spec_name: spec.name.clone(),
+            spec_file: spec.file.clone(),
+            point: point.clone(),
+            property: clause.property.to_string(),
+            clause: clause.clause.to_string(),
+            clause_index: counterexample.clause,
+            kind: clause.kind,
+            meaning: clause.meaning.to_string(),
+            command,
+            initial: describe::facts(&counterexample.initial),
+            steps,
+            prefill_ranks: t.prefill_world,
+            decode_ranks: t.decode_world,
+            handles: t.handles.iter().map(|h| (h.decoder, h.source)).collect(),
+        }
+    }
+
+    /// `property: clause`.
+    pub fn clause_name(&self) -> String {
+        format!("{}: {}", self.property, self.clause)
+    }
+
+    /// `SPEC[__POINT]__PROPERTY__CLAUSE`, file-name safe.
+    pub fn stem(&self) -> String {
+        let mut parts = vec![sanitize(&self.spec_name)];
+        if !self.point.is_empty() {
+            parts.push(self.point.file_label());
+        }
+        parts.push(sanitize(&self.property));
+        parts.push(sanitize(&self.clause));
+        parts.join("__")
+    }
+
+    /// Why the last state is a violation, in one line.
+    pub fn ending(&self) -> &'static str {
+        match self.kind {
+            Kind::Safety => "the state after the last step breaks it",
+            Kind::Liveness => {
+                "a run may end after the last step (nothing fairness forces is enabled) with the obligation still open"
+            }
+        }
+    }
+}
+
+/// The command that replays an ITF file.
+pub fn replay_command(itf: &Path) -> String {
+    format!("kvcc replay {}", shell_quote(&itf.display().to_string()))
+}
+
+/// Writes the four files of a trace into `dir`; returns their paths (`.txt` first).
+pub fn write_all(trace: &Trace, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let stem = trace.stem();
+    let path = |ext: &str| dir.join(format!("{stem}.{ext}"));
+    let itf_path = path("itf.json");
+    let replay = replay_command(&itf_path);
+    let files = [
+        (path("txt"), text::render(trace, &replay)),
+        (path("md"), markdown::render(trace, &replay)),
+        (itf_path.clone(), itf::render(trace)),
+        (path("sh"), script(trace, &replay)),
+    ];
+    let mut written = Vec::new();
+    for (file, contents) in files {
+        std::fs::write(&file, contents)?;
+        written.push(file);
+    }
+    Ok(written)
+}
+
+/// `NAME.sh`: the reproduce command, runnable as is.
+fn script(trace: &Trace, replay: &str) -> String {
+    format!(
+        "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\n{}\n",
+        crate::VERSION,
+        trace.clause_name(),
+        trace.command
+    )
+}
