@@ -1,0 +1,406 @@
+//! `kvcc check` end to end: verdicts against expectations, every exit code, every output
+//! format. Fixtures are in tests/fixtures/ (single request, tp = 1, pcp = 2: fast).
+
+mod common;
+
+use common::{fixture, kvcc, line_of, output, run};
+
+#[test]
+fn seed_59325_regression_and_fix_check_as_expected_exit_0() {
+    let (code, stdout, stderr) = run(&[
+        "check",
+        &fixture("seed-59325.toml"),
+        &fixture("seed-59325-fixed.toml"),
+    ]);
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("SPEC"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "violated (eventually-freed: delay-freed-request-never-freed, aggregator-drains: countdown-left-open)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("2 checks: 2 as expected, 0 mismatched"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
+}
+
+#[test]
+fn matrix_expands_and_expect_when_overrides_per_point() {
+    let (code, stdout, _) = run(&["check", &fixture("seed-59325-matrix.toml")]);
+    assert_eq!(code, 0, "{stdout}");
+    for pcp in [1, 2, 4] {
+        assert!(
+            stdout.contains(&format!("seed-59325-pcp [prefill.pcp={pcp}]")),
+            "{stdout}"
+        );
+    }
+    let pcp1 = stdout
+        .lines()
+        .find(|l| l.contains("[prefill.pcp=1]"))
+        .expect("a row for pcp=1");
+    assert!(pcp1.contains("holds  "), "{pcp1}");
+}
+
+#[test]
+fn point_selects_one_matrix_point() {
+    let (code, stdout, _) = run(&[
+        "check",
+        &fixture("seed-59325-matrix.toml"),
+        "--point",
+        "prefill.pcp=4",
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("[prefill.pcp=4]"), "{stdout}");
+    assert!(!stdout.contains("[prefill.pcp=2]"), "{stdout}");
+    assert!(stdout.contains("1 check: 1 as expected"), "{stdout}");
+}
+
+#[test]
+fn point_outside_the_matrix_exits_2() {
+    let (code, _, stderr) = run(&[
+        "check",
+        &fixture("seed-59325-matrix.toml"),
+        "--point",
+        "prefill.pcp=3",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("not a value of the matrix (1, 2, 4)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn mismatching_expectation_exits_1() {
+    let (code, stdout, _) = run(&["check", &fixture("mismatch.toml")]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("MISMATCH"), "{stdout}");
+    assert!(
+        stdout.contains("1 check: 0 as expected, 1 mismatched"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn issue_4_typo_exits_2_naming_file_line_and_field() {
+    let file = fixture("typo.toml");
+    let line = line_of(&file, "requets");
+    let (code, stdout, stderr) = run(&["check", &file]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: {file}:{line}:1: requets: unknown field `requets`"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "nothing is checked on an input error: {stdout}"
+    );
+}
+
+#[test]
+fn typo_in_a_nested_table_names_the_full_field_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pcq.toml");
+    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325.toml")))
+        .unwrap()
+        .replace("pcp = 2", "pcq = 2");
+    std::fs::write(&file, &text).unwrap();
+    let line = text.lines().position(|l| l.starts_with("pcq")).unwrap() + 1;
+    let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains(&format!(":{line}:1: prefill.pcq: unknown field `pcq`")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn impossible_topology_exits_2_naming_the_field() {
+    let file = fixture("impossible.toml");
+    let line = line_of(&file, "layout");
+    let (code, _, stderr) = run(&["check", &file]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: {file}:{line}:10: prefill.layout: a sharded layout needs dcp == pcp"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn malformed_toml_exits_2_with_position() {
+    let file = fixture("malformed.toml");
+    let line = line_of(&file, "[prefill");
+    let (code, _, stderr) = run(&["check", &file]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with(&format!("error: {file}:{line}:")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("invalid TOML"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line per error: {stderr}");
+}
+
+#[test]
+fn matrix_value_errors_point_at_the_matrix_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("zero.toml");
+    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
+    std::fs::write(&file, &text).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("\"prefill.pcp\""))
+        .unwrap()
+        + 1;
+    let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains(&format!(
+            ":{line}:21: prefill.pcp: must be at least 1 (from [matrix] \"prefill.pcp\")"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_matrix_path_and_bad_property_name_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let base =
+        std::fs::read_to_string(common::root().join(fixture("seed-59325-matrix.toml"))).unwrap();
+    for (from, to, want) in [
+        (
+            "\"prefill.pcp\" = [1, 2, 4]",
+            "\"prefill.pcq\" = [1, 2, 4]",
+            "matrix.\"prefill.pcq\": `prefill.pcq` is not a Config field path",
+        ),
+        (
+            "violates = [\"eventually-freed\", \"aggregator-drains\"]",
+            "violates = [\"eventually-freed\", \"aggregator-drain\"]",
+            "expect.violates[1]: unknown property `aggregator-drain`",
+        ),
+        (
+            "match = { \"prefill.pcp\" = 1 }",
+            "match = { \"prefill.tp\" = 1 }",
+            "expect.when[0].match.\"prefill.tp\": `prefill.tp` is not a path of this spec's [matrix]",
+        ),
+        ("version = 1", "version = 2", "version: spec format version 2 is not supported"),
+    ] {
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, base.replace(from, to)).unwrap();
+        let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+        assert_eq!(code, 2, "{to}: {stderr}");
+        assert!(stderr.contains(want), "{to}: {stderr}");
+    }
+}
+
+#[test]
+fn unreadable_spec_and_missing_path_exit_2() {
+    let (code, _, stderr) = run(&["check", "tests/fixtures/no-such-spec.toml"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with("error: tests/fixtures/no-such-spec.toml: cannot read"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let (code, _, stderr) = run(&["check", "--threads", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = run(&["check", "--point", "no-equals-sign"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("KEY=VALUE"), "{stderr}");
+    let (code, _, _) = run(&["frobnicate"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn inconclusive_never_passes_as_holds() {
+    let (code, stdout, _) = run(&[
+        "check",
+        &fixture("seed-59325-fixed.toml"),
+        "--max-states",
+        "5",
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("inconclusive (state limit"), "{stdout}");
+    assert!(stdout.contains("MISMATCH"), "{stdout}");
+    // The spec's own [limits] cut it too.
+    let (code, stdout, _) = run(&["check", &fixture("limited.toml")]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("inconclusive (state limit 5"), "{stdout}");
+    // And a command-line limit overrides the spec's.
+    let (code, stdout, _) = run(&["check", &fixture("limited.toml"), "--max-states", "1000000"]);
+    assert_eq!(code, 0, "{stdout}");
+}
+
+#[test]
+fn json_lines_parse_and_carry_the_documented_fields() {
+    let (code, stdout, _) = run(&[
+        "check",
+        &fixture("seed-59325-matrix.toml"),
+        &fixture("mismatch.toml"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    for line in &lines {
+        for field in [
+            "spec",
+            "file",
+            "point",
+            "verdict",
+            "violations",
+            "expected",
+            "matches",
+            "unique_states",
+            "transitions",
+            "max_depth",
+            "seconds",
+            "states_per_second",
+            "kvcc_version",
+            "format_version",
+        ] {
+            assert!(line.get(field).is_some(), "{field} missing in {line}");
+        }
+        assert_eq!(line["format_version"], 1);
+    }
+    let pcp2 = &lines[1];
+    assert_eq!(pcp2["spec"], "seed-59325-pcp");
+    assert_eq!(pcp2["point"]["prefill.pcp"], 2);
+    assert_eq!(pcp2["verdict"], "violated");
+    assert_eq!(pcp2["matches"], true);
+    assert_eq!(pcp2["violations"][0]["property"], "eventually-freed");
+    assert_eq!(
+        pcp2["violations"][0]["clause"],
+        "delay-freed-request-never-freed"
+    );
+    assert_eq!(pcp2["violations"][0]["depth"], 6);
+    assert_eq!(pcp2["unique_states"], 13);
+    assert_eq!(lines[3]["spec"], "mismatch");
+    assert_eq!(lines[3]["matches"], false);
+    assert_eq!(lines[3]["expected"]["verdict"], "holds");
+}
+
+#[test]
+fn junit_is_valid_xml_with_one_testcase_per_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("kvcc.xml");
+    let (code, _, _) = run(&[
+        "check",
+        &fixture("seed-59325-matrix.toml"),
+        &fixture("mismatch.toml"),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let doc = roxmltree::Document::parse(&xml).expect("well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "testsuites");
+    assert_eq!(root.attribute("tests"), Some("4"));
+    assert_eq!(root.attribute("failures"), Some("1"));
+    let cases: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(cases.len(), 4);
+    let failed: Vec<_> = cases
+        .iter()
+        .filter(|c| c.children().any(|n| n.has_tag_name("failure")))
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].attribute("name"), Some("mismatch"));
+}
+
+#[test]
+fn github_actions_get_annotations_at_the_expect_line_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = dir.path().join("summary.md");
+    let file = fixture("mismatch.toml");
+    let line = line_of(&file, "[expect]");
+    let (code, stdout, _) = output(
+        kvcc()
+            .args(["check", &file, &fixture("seed-59325.toml")])
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_STEP_SUMMARY", &summary),
+    );
+    assert_eq!(code, 1);
+    let annotations: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("::error "))
+        .collect();
+    assert_eq!(annotations.len(), 1, "{stdout}");
+    assert!(
+        annotations[0].starts_with(&format!("::error file={file},line={line},")),
+        "{}",
+        annotations[0]
+    );
+    assert!(
+        annotations[0].contains("::expected holds, got violated ("),
+        "{}",
+        annotations[0]
+    );
+    let summary = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        summary.contains("| spec | verdict | expected |"),
+        "{summary}"
+    );
+    assert!(summary.contains("❌ mismatch"), "{summary}");
+}
+
+#[test]
+fn expect_when_mismatch_is_annotated_at_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("when.toml");
+    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace(
+            "match = { \"prefill.pcp\" = 1 }",
+            "match = { \"prefill.pcp\" = 2 }",
+        );
+    std::fs::write(&file, &text).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("[[expect.when]]"))
+        .unwrap()
+        + 1;
+    let (code, stdout, _) = output(
+        kvcc()
+            .args(["check", file.to_str().unwrap()])
+            .env("GITHUB_ACTIONS", "true"),
+    );
+    assert_eq!(code, 1);
+    let annotations: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("::error "))
+        .collect();
+    // pcp = 1 now expects the [expect] default (violated) and pcp = 2 the override (holds).
+    assert_eq!(annotations.len(), 2, "{stdout}");
+    assert!(
+        annotations
+            .iter()
+            .any(|a| a.contains(&format!(",line={line},"))),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn shipped_specs_check_as_expected() {
+    // `kvcc check` with no argument checks specs/ (issue 4's first acceptance item).
+    let (code, stdout, stderr) = run(&["check"]);
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+}
