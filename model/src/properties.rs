@@ -237,6 +237,15 @@ pub const CLAUSES: &[Clause] = &[
         meaning: "a failed load waits in the aggregator forever", holds: no_failure_left },
 ];
 
+/// Does `state` keep every safety clause? A run stops at the first state that does not:
+/// a double free or an engine crash is where its story ends, and liveness is not judged
+/// past it.
+pub fn safe(config: &Config, state: &State) -> bool {
+    CLAUSES
+        .iter()
+        .all(|c| c.kind == Kind::Liveness || (c.holds)(config, state))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

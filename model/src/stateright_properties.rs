@@ -16,7 +16,8 @@ use stateright::Property;
 fn holds(index: usize, model: &ContractModel, state: &State) -> bool {
     let clause = &CLAUSES[index];
     (clause.holds)(&model.config, state)
-        || (clause.kind == Kind::Liveness && forced_step(model, state))
+        || (clause.kind == Kind::Liveness
+            && (forced_step(model, state) || !crate::properties::safe(&model.config, state)))
 }
 
 macro_rules! clause_properties {

@@ -1,81 +1,112 @@
-//! The issue's scenarios, checked through the library (the CLI's end-to-end tests check
-//! the same scenarios from `specs/`).
+//! The issue's scenarios through the library, with pinned unique-state counts and a
+//! named witness path. (`specs/` holds the same scenarios for the CLI; its end-to-end
+//! tests check the verdicts there.) A changed count is a reviewed decision, never a
+//! blind update.
 
+mod common;
+
+use common::{fix, regression};
 use kvcc_model::checker::{check, Options, Verdict};
-use kvcc_model::config::*;
-use kvcc_model::ContractModel;
+use kvcc_model::describe::action_name;
+use kvcc_model::{Config, ContractModel};
 
-fn seed(pcp: u16, tp: u16) -> Config {
-    Config {
-        prefill: Prefill {
-            tp,
-            pp: 1,
-            pcp,
-            dcp: 1,
-            layout: PcpLayout::Replicated,
-            attention: Attention::Dense,
-            loads_kv: false,
-        },
-        decode: Decode { tp },
-        requests: 1,
-        max_concurrent_batches: 1,
-        expected_count: ExpectedCount::WorldSize,
-        announced_count: None,
-        policy: AggregatorPolicy::Countdown,
-        connector: Connector::Nixl,
-        producer: Producer {
-            replicated_reports: ReplicatedReports::Synthetic,
-            clear_replicated: true,
-            lease: true,
-            mla_notify: MlaNotify::EveryCoveredRank,
-        },
-        consumer: Consumer::default(),
-        scheduler: Scheduler::default(),
-        faults: Faults::default(),
-    }
-}
-
-fn run(config: Config) -> (String, u64, u32) {
-    config.validate().unwrap();
-    let model = ContractModel::new(config);
-    let report = check(
-        &model,
+fn run(config: Config) -> kvcc_model::checker::Report<ContractModel> {
+    config.validate().expect("valid scenario");
+    check(
+        &ContractModel::new(config),
         &Options {
             threads: 2,
             ..Options::default()
         },
-    );
-    let verdict = match &report.verdict {
-        Verdict::Holds => "holds".to_string(),
-        Verdict::Violated => format!(
-            "violates {:?}",
-            report
-                .counterexamples
-                .iter()
-                .map(|c| c.name.clone())
-                .collect::<Vec<_>>()
-        ),
-        Verdict::Inconclusive(c) => format!("inconclusive: {c}"),
-    };
-    (verdict, report.unique_states, report.max_depth)
+    )
 }
 
 #[test]
-fn explore() {
-    let mut c = seed(2, 1);
-    println!("regression {:?}", run(c.clone()));
-    c.producer.clear_replicated = false;
-    println!("fix {:?}", run(c.clone()));
-    c.faults.client_abort = true;
-    c.faults.lost_notification = true;
-    println!("fix+faults {:?}", run(c.clone()));
-    for (pcp, tp) in [(1, 1), (2, 2), (4, 1), (4, 2), (8, 1)] {
-        let mut c = c.clone();
-        c.prefill.pcp = pcp;
-        c.prefill.tp = tp;
-        c.decode.tp = tp;
-        println!("fix pcp={pcp} tp={tp} {:?}", run(c.clone()));
-        c.requests = 2;
-        println!("fix pcp={pcp} tp={tp} req=2 {:?}", run(c));
+fn pr59325_regression_leaks_with_a_named_witness() {
+    let report = run(regression(2, 1));
+    assert!(matches!(report.verdict, Verdict::Violated));
+    assert_eq!(report.unique_states, 51);
+    assert_eq!(
+        report.violated_properties(),
+        vec![
+            "eventually-freed".to_string(),
+            "aggregator-drains".to_string()
+        ]
+    );
+    let leak = &report.counterexamples[0];
+    assert_eq!(
+        leak.name,
+        "eventually-freed: delay-freed-request-never-freed"
+    );
+    let witness: Vec<&str> = leak.steps.iter().map(|(a, _)| action_name(a)).collect();
+    assert_eq!(
+        witness,
+        [
+            "PrefillFinishes",
+            "ClientAborts",
+            "PrefillEngineSteps",
+            "LeaseExpires",
+            "PrefillEngineSteps"
+        ],
+        "finish, the client aborts so D never reads, the replica's synthetic report is cleared, \
+         rank 0's lease expires and reports: one report of the two E needs, forever"
+    );
+}
+
+#[test]
+fn pr59325_fix_holds_across_pcp_and_tp() {
+    // (pcp, tp, requests) -> unique states. Replicated ranks > 0 move in lockstep (one
+    // engine step delivers metadata to all of them), so pcp does not grow the space.
+    let pinned = [
+        ((1, 1, 1), 51),
+        ((2, 1, 1), 51),
+        ((4, 1, 1), 51),
+        ((2, 2, 1), 191),
+        ((4, 2, 1), 191),
+        ((2, 1, 2), 2_481),
+        ((4, 2, 2), 49_037),
+    ];
+    for ((pcp, tp, requests), states) in pinned {
+        let mut config = fix(pcp, tp);
+        config.requests = requests;
+        let report = run(config);
+        assert!(
+            matches!(report.verdict, Verdict::Holds),
+            "pcp {pcp} tp {tp} requests {requests}"
+        );
+        assert_eq!(
+            report.unique_states, states,
+            "pcp {pcp} tp {tp} requests {requests}"
+        );
     }
+}
+
+#[test]
+fn pr59325_regression_also_leaks_without_leases() {
+    let mut config = regression(2, 1);
+    config.producer.lease = false;
+    let report = run(config);
+    assert_eq!(
+        report.violated_properties(),
+        vec![
+            "eventually-freed".to_string(),
+            "aggregator-drains".to_string()
+        ]
+    );
+    assert_eq!(report.unique_states, 39);
+}
+
+#[test]
+fn two_runs_give_identical_counts_and_traces() {
+    let a = run(regression(4, 2));
+    let b = run(regression(4, 2));
+    assert_eq!(a.unique_states, b.unique_states);
+    assert_eq!(a.transitions, b.transitions);
+    let trace = |r: &kvcc_model::checker::Report<ContractModel>| {
+        r.counterexamples
+            .iter()
+            .map(|c| format!("{:?}", c.steps))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(trace(&a), trace(&b));
 }

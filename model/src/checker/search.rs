@@ -215,17 +215,16 @@ where
     let mut actions = Vec::new();
     for index in range {
         let (fp, state) = &frontier[index];
-        let mut safe = true;
-        for clause in 0..clause_count {
-            if model.clause_kind(clause) == Kind::Safety && !model.clause_holds(clause, state) {
-                safe = false;
-                if !seen_clause[clause] {
-                    seen_clause[clause] = true;
-                    out.violations.push((clause, index));
-                }
-            }
-        }
-        if !safe {
+        // A state that breaks safety is where its run stops: not expanded, and liveness
+        // is not judged there.
+        if !record_broken(
+            model,
+            state,
+            Kind::Safety,
+            index,
+            &mut seen_clause,
+            &mut out.violations,
+        ) {
             continue;
         }
         actions.clear();
@@ -256,19 +255,49 @@ where
         }
         out.transitions += successors;
         if !forced {
-            for clause in 0..clause_count {
-                if model.clause_kind(clause) == Kind::Liveness
-                    && !model.clause_holds(clause, state)
-                    && !seen_clause[clause]
-                {
-                    seen_clause[clause] = true;
-                    out.violations.push((clause, index));
-                }
-            }
+            record_broken(
+                model,
+                state,
+                Kind::Liveness,
+                index,
+                &mut seen_clause,
+                &mut out.violations,
+            );
         }
     }
     out
 }
+
+/// Records the clauses of `kind` that `state` breaks (the first time each is seen in this
+/// chunk); returns whether it keeps them all.
+fn record_broken<M>(
+    model: &M,
+    state: &M::State,
+    kind: Kind,
+    index: usize,
+    seen_clause: &mut [bool],
+    violations: &mut Vec<(usize, usize)>,
+) -> bool
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let mut kept = true;
+    for (clause, seen) in seen_clause.iter_mut().enumerate() {
+        if model.clause_kind(clause) == kind && !model.clause_holds(clause, state) {
+            kept = false;
+            if !*seen {
+                *seen = true;
+                violations.push((clause, index));
+            }
+        }
+    }
+    kept
+}
+
+/// One shard's visited set and the candidates each chunk produced for it.
+type ShardWork<'a, S> = (&'a mut FingerprintMap, Vec<Vec<Candidate<S>>>);
 
 /// Inserts each shard's candidates into the visited set, first come first served in
 /// frontier order; returns each shard's new states in that order.
@@ -277,7 +306,7 @@ fn merge_shards<S: Send>(
     visited: &mut [FingerprintMap],
     per_shard: Vec<Vec<Vec<Candidate<S>>>>,
 ) -> Vec<Vec<(u64, S)>> {
-    let work: Vec<Mutex<Option<(&mut FingerprintMap, Vec<Vec<Candidate<S>>>)>>> = visited
+    let work: Vec<Mutex<Option<ShardWork<'_, S>>>> = visited
         .iter_mut()
         .zip(per_shard)
         .map(|pair| Mutex::new(Some(pair)))

@@ -1,0 +1,310 @@
+//! The checker's own guarantees: it agrees with stateright's checkers, its symmetry
+//! reduction is real, it is deterministic for any thread count, a cut-short run is never
+//! a pass, and a graph it cannot prove acyclic is never given a liveness verdict.
+
+mod common;
+
+use common::{fix, regression};
+use kvcc_model::checker::{check, Checkable, Cutoff, Kind, Limits, Options, Verdict};
+use kvcc_model::config::{Connector, FailedHandle};
+use kvcc_model::{Config, ContractModel};
+use stateright::{Checker, Model};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+fn ours(
+    config: &Config,
+    symmetry: bool,
+    threads: usize,
+) -> kvcc_model::checker::Report<ContractModel> {
+    let model = ContractModel::new(config.clone());
+    check(
+        &model,
+        &Options {
+            threads,
+            symmetry,
+            limits: Limits::default(),
+        },
+    )
+}
+
+fn violated_clauses(report: &kvcc_model::checker::Report<ContractModel>) -> BTreeSet<String> {
+    report
+        .counterexamples
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// Scenarios small enough for stateright's checkers, covering holds and each kind of
+/// violation (safety, liveness, several at once).
+fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
+    let mut first_error = fix(1, 2);
+    first_error.prefill.pcp = 1;
+    first_error.decode.tp = 1;
+    first_error.faults.transfer_error = true;
+    first_error.consumer.failed_handle = FailedHandle::FirstError;
+    let mut multi = fix(2, 1);
+    multi.connector = Connector::MultiOffload;
+    vec![
+        ("regression", regression(2, 1)),
+        ("fix", fix(2, 1)),
+        ("fix tp2", fix(2, 2)),
+        ("first-error", first_error),
+        ("multi", multi),
+    ]
+}
+
+#[test]
+fn unique_states_and_violations_match_stateright_bfs() {
+    for (name, config) in cross_check_scenarios() {
+        let report = ours(&config, false, 1);
+        let theirs = ContractModel::new(config).checker().spawn_bfs().join();
+        assert!(theirs.is_done(), "{name}: stateright finished");
+        assert_eq!(
+            report.unique_states,
+            theirs.unique_state_count() as u64,
+            "{name}: unique states"
+        );
+        let theirs: BTreeSet<String> = theirs.discoveries().keys().map(|k| k.to_string()).collect();
+        assert_eq!(
+            violated_clauses(&report),
+            theirs,
+            "{name}: violated clauses"
+        );
+    }
+}
+
+#[test]
+fn symmetry_reduction_matches_stateright_dfs_with_the_same_representative() {
+    for (name, config) in cross_check_scenarios() {
+        let report = ours(&config, true, 1);
+        let theirs = ContractModel::new(config)
+            .checker()
+            .symmetry()
+            .spawn_dfs()
+            .join();
+        assert_eq!(
+            report.unique_states,
+            theirs.unique_state_count() as u64,
+            "{name}: unique states"
+        );
+    }
+}
+
+/// Under a MultiConnector every worker's offloading store completes on its own, so the
+/// replicated PCP ranks > 0 diverge and are interchangeable: the reduction must bite.
+#[test]
+fn interchangeable_ranks_collapse() {
+    let mut config = fix(4, 1);
+    config.connector = Connector::MultiOffload;
+    let reduced = ours(&config, true, 2);
+    let full = ours(&config, false, 2);
+    assert!(matches!(reduced.verdict, Verdict::Holds));
+    assert!(matches!(full.verdict, Verdict::Holds));
+    // Pinned: a changed count is a reviewed decision.
+    assert_eq!(reduced.unique_states, 680);
+    assert_eq!(full.unique_states, 1_743);
+}
+
+#[test]
+fn deterministic_for_any_thread_count() {
+    let config = regression(4, 2);
+    let one = ours(&config, true, 1);
+    let two = ours(&config, true, 2);
+    let three = ours(&config, true, 3);
+    for other in [&two, &three] {
+        assert_eq!(one.unique_states, other.unique_states);
+        assert_eq!(one.transitions, other.transitions);
+        assert_eq!(one.max_depth, other.max_depth);
+        assert_eq!(one.counterexamples.len(), other.counterexamples.len());
+        for (a, b) in one.counterexamples.iter().zip(&other.counterexamples) {
+            let actions = |c: &kvcc_model::checker::Counterexample<ContractModel>| {
+                c.steps.iter().map(|(a, _)| *a).collect::<Vec<_>>()
+            };
+            assert_eq!(actions(a), actions(b), "{}", a.name);
+        }
+    }
+}
+
+/// The model with a single clause, so stateright's single-threaded BFS reports a shortest
+/// path to it (with several properties its paths can be far from shortest).
+#[derive(Clone)]
+struct OneClause(ContractModel, usize);
+
+impl Model for OneClause {
+    type State = <ContractModel as Model>::State;
+    type Action = <ContractModel as Model>::Action;
+
+    fn init_states(&self) -> Vec<Self::State> {
+        self.0.init_states()
+    }
+
+    fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
+        self.0.actions(state, actions)
+    }
+
+    fn next_state(&self, state: &Self::State, action: Self::Action) -> Option<Self::State> {
+        self.0.next_state(state, action)
+    }
+
+    fn properties(&self) -> Vec<stateright::Property<Self>> {
+        let name = kvcc_model::stateright_properties::all()[self.1].name;
+        vec![stateright::Property::always(
+            name,
+            |m: &OneClause, s: &Self::State| {
+                (kvcc_model::stateright_properties::all()[m.1].condition)(&m.0, s)
+            },
+        )]
+    }
+}
+
+#[test]
+fn every_counterexample_is_a_shortest_path() {
+    for config in [regression(2, 1), cross_check_scenarios().remove(3).1] {
+        let report = ours(&config, true, 2);
+        assert!(!report.counterexamples.is_empty());
+        for ce in &report.counterexamples {
+            let single = OneClause(ContractModel::new(config.clone()), ce.clause)
+                .checker()
+                .spawn_bfs()
+                .join();
+            let name = kvcc_model::stateright_properties::all()[ce.clause].name;
+            let path = single
+                .discovery(name)
+                .expect("stateright finds the same violation");
+            assert_eq!(ce.steps.len(), path.into_actions().len(), "{}", ce.name);
+        }
+    }
+}
+
+#[test]
+fn a_limit_makes_the_run_inconclusive_never_a_pass() {
+    let model = ContractModel::new(fix(2, 2));
+    let limited = |limits: Limits| {
+        check(
+            &model,
+            &Options {
+                threads: 2,
+                symmetry: true,
+                limits,
+            },
+        )
+    };
+    let states = limited(Limits {
+        max_states: Some(10),
+        ..Limits::default()
+    });
+    assert!(
+        matches!(states.verdict, Verdict::Inconclusive(Cutoff::States(10))),
+        "{:?}",
+        states.verdict
+    );
+    let depth = limited(Limits {
+        max_depth: Some(3),
+        ..Limits::default()
+    });
+    assert!(
+        matches!(depth.verdict, Verdict::Inconclusive(Cutoff::Depth(3))),
+        "{:?}",
+        depth.verdict
+    );
+    let time = limited(Limits {
+        timeout: Some(Duration::ZERO),
+        ..Limits::default()
+    });
+    assert!(
+        matches!(time.verdict, Verdict::Inconclusive(Cutoff::Time(_))),
+        "{:?}",
+        time.verdict
+    );
+    // The same model within generous limits is exhaustive and holds.
+    let enough = limited(Limits {
+        max_states: Some(1_000_000),
+        max_depth: Some(100),
+        timeout: None,
+    });
+    assert!(
+        matches!(enough.verdict, Verdict::Holds),
+        "{:?}",
+        enough.verdict
+    );
+}
+
+/// A broken twin for the acyclicity proof: a model whose graph has a cycle that keeps an
+/// obligation pending forever. Checking only dead ends would call it live.
+#[derive(Clone)]
+struct Spinner;
+
+impl Model for Spinner {
+    type State = u8;
+    type Action = u8;
+
+    fn init_states(&self) -> Vec<u8> {
+        vec![0]
+    }
+
+    fn actions(&self, _: &u8, actions: &mut Vec<u8>) {
+        actions.push(1);
+    }
+
+    fn next_state(&self, state: &u8, _: u8) -> Option<u8> {
+        // 0 -> 1 -> 2 -> 1 -> ...: the request is never freed and no state is a dead end.
+        Some(if *state == 2 { 1 } else { state + 1 })
+    }
+}
+
+impl Checkable for Spinner {
+    fn canonical(&self, state: &u8) -> u8 {
+        *state
+    }
+    fn progress(&self, state: &u8) -> u64 {
+        u64::from(*state)
+    }
+    fn is_optional(&self, _: &u8) -> bool {
+        false
+    }
+    fn clause_count(&self) -> usize {
+        1
+    }
+    fn clause_kind(&self, _: usize) -> Kind {
+        Kind::Liveness
+    }
+    fn clause_name(&self, _: usize) -> String {
+        "eventually-freed: spinner".into()
+    }
+    fn clause_holds(&self, _: usize, state: &u8) -> bool {
+        *state == 3
+    }
+}
+
+#[test]
+fn a_cycle_is_never_ignored() {
+    let report = check(&Spinner, &Options::default());
+    match report.verdict {
+        Verdict::Inconclusive(Cutoff::PossibleCycle { depth, .. }) => assert_eq!(depth, 2),
+        other => panic!("a cyclic graph got {other:?}"),
+    }
+}
+
+#[test]
+fn clause_kinds_are_as_documented() {
+    let model = ContractModel::new(fix(2, 1));
+    let liveness: Vec<String> = (0..model.clause_count())
+        .filter(|&c| model.clause_kind(c) == Kind::Liveness)
+        .map(|c| {
+            model
+                .clause_name(c)
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    for name in &liveness {
+        assert!(
+            ["eventually-freed", "eventually-woken", "aggregator-drains"].contains(&name.as_str()),
+            "{name}"
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! Scenario configs shared by the model's tests.
+#![allow(dead_code)]
+
+use kvcc_model::config::*;
+
+/// The #59325 fix: replicated PCP, synthetic reports kept, E = world_size, leases, client
+/// aborts and lost notifications.
+pub fn fix(pcp: u16, tp: u16) -> Config {
+    Config {
+        prefill: Prefill {
+            tp,
+            pp: 1,
+            pcp,
+            dcp: 1,
+            layout: PcpLayout::Replicated,
+            attention: Attention::Dense,
+            loads_kv: false,
+        },
+        decode: Decode { tp },
+        requests: 1,
+        max_concurrent_batches: 1,
+        expected_count: ExpectedCount::WorldSize,
+        announced_count: None,
+        policy: AggregatorPolicy::Countdown,
+        connector: Connector::Nixl,
+        producer: Producer {
+            replicated_reports: ReplicatedReports::Synthetic,
+            clear_replicated: false,
+            lease: true,
+            mla_notify: MlaNotify::EveryCoveredRank,
+        },
+        consumer: Consumer::default(),
+        scheduler: Scheduler::default(),
+        faults: Faults {
+            client_abort: true,
+            lost_notification: true,
+            ..Faults::default()
+        },
+    }
+}
+
+/// The #59325 regression: the same with #53781's clear re-added.
+pub fn regression(pcp: u16, tp: u16) -> Config {
+    let mut config = fix(pcp, tp);
+    config.producer.clear_replicated = true;
+    config
+}
