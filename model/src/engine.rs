@@ -29,7 +29,13 @@ fn advance(meta: &mut Metadata) -> bool {
 
 /// A P engine step. `output_lost`: the output rank's output is missing, so the whole
 /// step's reports are dropped. `announce`: the output rank announces a new count.
-pub fn prefill_step(config: &Config, state: &mut State, output_lost: bool, announce: bool) {
+/// Returns the worker outputs handed to the aggregator (what a recorder would log).
+pub fn prefill_step(
+    config: &Config,
+    state: &mut State,
+    output_lost: bool,
+    announce: bool,
+) -> Vec<WorkerOutput<RequestId>> {
     for r in 0..state.request_count() as RequestId {
         if advance(&mut state.requests[usize::from(r)].send_meta) {
             rank::receive_send_metadata(config, state, r);
@@ -77,10 +83,15 @@ pub fn prefill_step(config: &Config, state: &mut State, output_lost: bool, annou
     }
     let outcome = aggregate(config, state, &outputs, Engine::Prefill);
     scheduler::on_prefill_outcome(state, &outcome);
+    outputs
 }
 
-/// A D engine step.
-pub fn decode_step(config: &Config, state: &mut State, output_lost: bool) {
+/// A D engine step. Returns the worker outputs handed to the aggregator.
+pub fn decode_step(
+    config: &Config,
+    state: &mut State,
+    output_lost: bool,
+) -> Vec<WorkerOutput<RequestId>> {
     for r in 0..state.request_count() as RequestId {
         if advance(&mut state.requests[usize::from(r)].recv_meta) {
             for d in 0..state.topology().decode_world {
@@ -109,6 +120,7 @@ pub fn decode_step(config: &Config, state: &mut State, output_lost: bool) {
     }
     let outcome = aggregate(config, state, &outputs, Engine::Decode);
     scheduler::on_decode_outcome(state, &outcome);
+    outputs
 }
 
 #[derive(Clone, Copy)]

@@ -25,5 +25,5 @@ pub mod symmetry;
 pub mod topology;
 
 pub use config::Config;
-pub use model::{Action, ContractModel};
+pub use model::{Action, ContractModel, Observation};
 pub use state::State;

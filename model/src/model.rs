@@ -16,7 +16,7 @@ use crate::state::{
 };
 use crate::topology::Topology;
 use crate::{decoder, engine, lease, scheduler};
-use kvcc_aggregator::{Aggregator, Policy, Rank};
+use kvcc_aggregator::{Aggregator, Policy, Rank, WorkerOutput};
 use std::sync::Arc;
 
 /// Everything that can happen, named as in vLLM. Serialized into ITF traces so that
@@ -71,6 +71,14 @@ pub enum Action {
     DecodeEngineSteps { output_lost: bool },
     /// The client aborts a request (both schedulers hear of it).
     ClientAborts { request: RequestId },
+}
+
+/// What the workers of an engine step handed the aggregator, in rank order. A step that
+/// lost the output rank's output lacks rank 0.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    pub prefill_outputs: Option<Vec<WorkerOutput<RequestId>>>,
+    pub decode_outputs: Option<Vec<WorkerOutput<RequestId>>>,
 }
 
 /// One contract scenario, ready to explore.
@@ -261,8 +269,15 @@ impl ContractModel {
 
     /// The state after `action`, or None when it would change nothing.
     pub fn apply(&self, state: &State, action: Action) -> Option<State> {
+        self.apply_observed(state, action).map(|(next, _)| next)
+    }
+
+    /// [`ContractModel::apply`], plus what a recorder in vLLM would have seen: the worker
+    /// outputs of an engine step (`kvcc simulate` writes them as recorded runs).
+    pub fn apply_observed(&self, state: &State, action: Action) -> Option<(State, Observation)> {
         let c = &self.config;
         let mut next = state.clone();
+        let mut observation = Observation::default();
         match action {
             Action::PrefillFinishes { request: r } => scheduler::finish_prefill(c, &mut next, r),
             Action::PrefillWorkerLoads { rank, request } => {
@@ -274,7 +289,14 @@ impl ContractModel {
             Action::PrefillEngineSteps {
                 output_lost,
                 announces_count,
-            } => engine::prefill_step(c, &mut next, output_lost, announces_count),
+            } => {
+                observation.prefill_outputs = Some(engine::prefill_step(
+                    c,
+                    &mut next,
+                    output_lost,
+                    announces_count,
+                ))
+            }
             Action::LeaseExpires { rank, request } => {
                 next.prefill_cell_mut(rank, request).send = SendPhase::Done
             }
@@ -305,11 +327,11 @@ impl ContractModel {
                 decoder::fail_read(c, &mut next, usize::from(handle), request)
             }
             Action::DecodeEngineSteps { output_lost } => {
-                engine::decode_step(c, &mut next, output_lost)
+                observation.decode_outputs = Some(engine::decode_step(c, &mut next, output_lost))
             }
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
         }
-        (next != *state).then_some(next)
+        (next != *state).then_some((next, observation))
     }
 }
 
