@@ -25,6 +25,7 @@ use std::fmt;
 pub type Rank = u16;
 
 /// Which completion set a report belongs to.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Direction {
     /// `finished_sending`: a producer worker is done with a request's KV blocks.
@@ -43,6 +44,7 @@ impl fmt::Display for Direction {
 }
 
 /// How reports are counted.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
     /// vLLM's counting: anonymous reports, a stray report after emission opens a fresh
@@ -168,6 +170,7 @@ impl<Id: Ord> StepOutcome<Id> {
 }
 
 /// An open countdown for one (direction, id).
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Countdown {
     /// Reports still needed before emission.
@@ -177,6 +180,7 @@ struct Countdown {
 }
 
 /// Where a (direction, id) stands in its lifetime; tracked by `Strict` only.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Lifetime {
     /// Announced by the scheduler, no quorum yet.
@@ -186,6 +190,7 @@ enum Lifetime {
 }
 
 /// The aggregator for one engine. See the module docs for the semantics.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Aggregator<Id: Ord> {
     policy: Policy,

@@ -4,6 +4,11 @@ use clap::Parser;
 use kvcc::cmd::Cli;
 use std::process::ExitCode;
 
+// The checker allocates and frees model states at millions per second; glibc's malloc
+// spent a quarter of the time there (perf), mimalloc a fraction of it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     ExitCode::from(cli.command.exec().code())

@@ -16,6 +16,7 @@ pub mod describe;
 pub mod engine;
 pub mod lease;
 pub mod model;
+pub mod pack;
 pub mod properties;
 pub mod rank;
 pub mod scheduler;

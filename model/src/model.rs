@@ -125,7 +125,7 @@ impl ContractModel {
             }
         }
         State {
-            requests: vec![
+            requests: smallvec::smallvec![
                 Request {
                     prefill: phase,
                     decode: DecodePhase::Pending,
@@ -137,9 +137,9 @@ impl ContractModel {
                 };
                 n
             ],
-            prefill: vec![cell; usize::from(t.prefill_world) * n],
-            handles: vec![HandlePhase::NotPosted; t.handles.len() * n],
-            decode: vec![DecodeCell::Idle; usize::from(t.decode_world) * n],
+            prefill: smallvec::smallvec![cell; usize::from(t.prefill_world) * n],
+            handles: smallvec::smallvec![HandlePhase::NotPosted; t.handles.len() * n],
+            decode: smallvec::smallvec![DecodeCell::Idle; usize::from(t.decode_world) * n],
             prefill_aggregator,
             decode_aggregator: Aggregator::new(policy, t.decode_expected),
             incidents: Incidents::default(),
@@ -369,8 +369,16 @@ impl stateright::Model for ContractModel {
 }
 
 impl crate::checker::Checkable for ContractModel {
-    fn canonical(&self, state: &State) -> State {
-        state.representative()
+    fn canonical(&self, state: State) -> State {
+        state.into_representative()
+    }
+
+    fn pack(&self, state: &State, out: &mut Vec<u8>) {
+        crate::pack::pack(state, out)
+    }
+
+    fn unpack(&self, bytes: &[u8]) -> State {
+        crate::pack::unpack(&self.topology, bytes)
     }
 
     fn progress(&self, state: &State) -> u64 {

@@ -1,12 +1,15 @@
 //! The model state: one compact, canonical value per reachable configuration.
 //!
 //! Per-(worker, request) facts live in flat vectors of one-to-four-byte cells indexed
-//! `worker * requests + request`, so a state is a handful of allocations whatever the
-//! topology. Every phase enum is ordered by progress: the checker proves the state graph
+//! `worker * requests + request`, stored inline up to typical sizes so that cloning a
+//! state for each transition does not allocate. The checker keeps states packed into
+//! short byte strings ([`crate::pack`]) between levels. Every phase enum is ordered by progress: the checker proves the state graph
 //! acyclic by checking that [`State::progress`] grows on every transition.
 
 use crate::topology::Topology;
 use kvcc_aggregator::{Aggregator, Rank};
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -16,7 +19,7 @@ use std::sync::Arc;
 pub type RequestId = u8;
 
 /// P's scheduler view of a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum PrefillPhase {
     /// Waiting for its own KV load (P loads KV: `WAITING_FOR_REMOTE_KVS` on P).
     LoadingKv,
@@ -33,7 +36,7 @@ pub enum PrefillPhase {
 }
 
 /// D's scheduler view of a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum DecodePhase {
     /// Not at D yet; D admits it once P has finished it.
     Pending,
@@ -54,7 +57,7 @@ pub enum DecodePhase {
 }
 
 /// How far a request's connector metadata is on its way to an engine's workers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Metadata {
     NotQueued,
     /// Delivered by the engine step after this many more steps.
@@ -63,7 +66,7 @@ pub enum Metadata {
 }
 
 /// NIXL's send side on one P rank for one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum SendPhase {
     /// Knows the request from its batch (`_reqs_to_process`) and counts notifications;
     /// no send metadata yet.
@@ -78,7 +81,7 @@ pub enum SendPhase {
 }
 
 /// The offloading child's CPU store on one P worker (MultiConnector only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum StorePhase {
     NotUsed,
     Storing,
@@ -86,7 +89,7 @@ pub enum StorePhase {
 }
 
 /// A P worker's own KV load for one request (P loads KV only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum LoadPhase {
     NotUsed,
     Loading,
@@ -95,7 +98,7 @@ pub enum LoadPhase {
 }
 
 /// One P worker's view of one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PrefillCell {
     /// D notifications counted (`consumer_notification_counts_by_req`).
     pub notifications: u8,
@@ -105,7 +108,7 @@ pub struct PrefillCell {
 }
 
 /// One D read handle for one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum HandlePhase {
     NotPosted,
     Handshaking,
@@ -116,7 +119,7 @@ pub enum HandlePhase {
 }
 
 /// One D worker's view of one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum DecodeCell {
     Idle,
     /// Metadata arrived; its handles are running.
@@ -132,7 +135,9 @@ pub enum DecodeCell {
 
 /// Contract breaches seen on a transition (not visible in the resulting state alone).
 /// Sticky, so a property can point at the state where they happened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Incidents(pub u16);
 
 impl Incidents {
@@ -164,7 +169,7 @@ impl Incidents {
 }
 
 /// Scheduler-level facts of one request on both engines.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Request {
     pub prefill: PrefillPhase,
     pub decode: DecodePhase,
@@ -219,13 +224,13 @@ impl fmt::Debug for Shape {
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct State {
     /// Per request, indexed by [`RequestId`].
-    pub requests: Vec<Request>,
+    pub requests: SmallVec<[Request; 3]>,
     /// Per (P rank, request).
-    pub prefill: Vec<PrefillCell>,
+    pub prefill: SmallVec<[PrefillCell; 16]>,
     /// Per (read handle, request).
-    pub handles: Vec<HandlePhase>,
+    pub handles: SmallVec<[HandlePhase; 16]>,
     /// Per (D rank, request).
-    pub decode: Vec<DecodeCell>,
+    pub decode: SmallVec<[DecodeCell; 16]>,
     /// P's aggregator: the real one.
     pub prefill_aggregator: Aggregator<RequestId>,
     /// D's aggregator: the real one.

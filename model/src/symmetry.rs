@@ -13,16 +13,40 @@
 //! Under `Strict` the reduction is off: sound, at the price of more states.
 
 use crate::state::{DecodeCell, HandlePhase, PrefillCell, State};
-use crate::topology::Topology;
 use kvcc_aggregator::{Policy, Rank};
 
 impl State {
     /// The canonical member of this state's symmetry class.
     pub fn representative(&self) -> State {
+        self.clone().into_representative()
+    }
+
+    /// [`State::representative`], reusing this state when it is already canonical (the
+    /// common case, which then costs no allocation).
+    pub fn into_representative(self) -> State {
         if self.prefill_aggregator.policy() == Policy::Strict {
-            return self.clone();
+            return self;
         }
-        let topology = self.shape.0.clone();
+        let Some((prefill_from, decode_from, handle_from)) = self.canonical_order() else {
+            return self;
+        };
+        let n = self.request_count();
+        let mut next = self;
+        next.prefill = gather(
+            prefill_from.iter().map(|&k| usize::from(k)),
+            &next.prefill,
+            n,
+        );
+        next.decode = gather(decode_from.iter().map(|&k| usize::from(k)), &next.decode, n);
+        next.handles = gather(handle_from.iter().copied(), &next.handles, n);
+        next
+    }
+
+    /// For each slot, the old rank (or handle) whose row moves there; None when every row
+    /// already stands in canonical order.
+    #[allow(clippy::type_complexity)]
+    fn canonical_order(&self) -> Option<(Vec<Rank>, Vec<Rank>, Vec<usize>)> {
+        let topology = self.topology();
         let n = self.request_count();
         let prefill_row =
             |rank: Rank| &self.prefill[usize::from(rank) * n..(usize::from(rank) + 1) * n];
@@ -30,17 +54,10 @@ impl State {
             |rank: Rank| &self.decode[usize::from(rank) * n..(usize::from(rank) + 1) * n];
         let handle_row = |h: usize| &self.handles[h * n..(h + 1) * n];
 
-        // prefill_from[new] = old rank whose row lands at `new`; likewise for D and handles.
-        let mut prefill_from: Vec<Rank> = (0..topology.prefill_world).collect();
-        let mut decode_from: Vec<Rank> = (0..topology.decode_world).collect();
-        let mut handle_from: Vec<usize> = (0..topology.handles.len()).collect();
-
-        let mut replicas = topology.replicas.clone();
-        replicas.sort_by_key(|&a| prefill_row(a));
-        for (slot, &old) in topology.replicas.iter().zip(&replicas) {
-            prefill_from[usize::from(*slot)] = old;
-        }
-
+        let replicas_sorted = topology
+            .replicas
+            .windows(2)
+            .all(|w| prefill_row(w[0]) <= prefill_row(w[1]));
         type GroupKey<'a> = (
             Vec<&'a [PrefillCell]>,
             Vec<&'a [DecodeCell]>,
@@ -58,8 +75,25 @@ impl State {
                 group.handles.iter().map(|&h| handle_row(h)).collect(),
             )
         };
-        let mut order: Vec<usize> = (0..topology.groups.len()).collect();
-        let keys: Vec<GroupKey<'_>> = order.iter().map(|&g| key(g)).collect();
+        let keys: Vec<GroupKey<'_>> = if topology.groups.len() > 1 {
+            (0..topology.groups.len()).map(key).collect()
+        } else {
+            Vec::new()
+        };
+        let groups_sorted = keys.windows(2).all(|w| w[0] <= w[1]);
+        if replicas_sorted && groups_sorted {
+            return None;
+        }
+
+        let mut prefill_from: Vec<Rank> = (0..topology.prefill_world).collect();
+        let mut decode_from: Vec<Rank> = (0..topology.decode_world).collect();
+        let mut handle_from: Vec<usize> = (0..topology.handles.len()).collect();
+        let mut replicas = topology.replicas.clone();
+        replicas.sort_by_key(|&a| prefill_row(a));
+        for (slot, &old) in topology.replicas.iter().zip(&replicas) {
+            prefill_from[usize::from(*slot)] = old;
+        }
+        let mut order: Vec<usize> = (0..keys.len()).collect();
         order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
         for (slot, &old) in order.iter().enumerate() {
             let (to, from) = (&topology.groups[slot], &topology.groups[old]);
@@ -73,44 +107,19 @@ impl State {
                 handle_from[t] = f;
             }
         }
-        self.permuted(&topology, &prefill_from, &decode_from, &handle_from)
-    }
-
-    fn permuted(
-        &self,
-        topology: &Topology,
-        prefill_from: &[Rank],
-        decode_from: &[Rank],
-        handle_from: &[usize],
-    ) -> State {
-        let identity = prefill_from
-            .iter()
-            .enumerate()
-            .all(|(i, &k)| usize::from(k) == i)
-            && decode_from
-                .iter()
-                .enumerate()
-                .all(|(i, &k)| usize::from(k) == i)
-            && handle_from.iter().enumerate().all(|(i, &k)| k == i);
-        if identity {
-            return self.clone();
-        }
-        let n = self.request_count();
-        let mut next = self.clone();
-        next.prefill = gather(
-            prefill_from.iter().map(|&k| usize::from(k)),
-            &self.prefill,
-            n,
-        );
-        next.decode = gather(decode_from.iter().map(|&k| usize::from(k)), &self.decode, n);
-        next.handles = gather(handle_from.iter().copied(), &self.handles, n);
-        debug_assert_eq!(topology.prefill_world as usize * n, next.prefill.len());
-        next
+        Some((prefill_from, decode_from, handle_from))
     }
 }
 
 /// Rows of `n` cells, taken from the old row positions `from` in order.
-fn gather<T: Copy>(from: impl Iterator<Item = usize>, cells: &[T], n: usize) -> Vec<T> {
+fn gather<T: Copy, const N: usize>(
+    from: impl Iterator<Item = usize>,
+    cells: &[T],
+    n: usize,
+) -> smallvec::SmallVec<[T; N]>
+where
+    [T; N]: smallvec::Array<Item = T>,
+{
     from.flat_map(|old| cells[old * n..(old + 1) * n].iter().copied())
         .collect()
 }

@@ -255,8 +255,14 @@ impl Model for Spinner {
 }
 
 impl Checkable for Spinner {
-    fn canonical(&self, state: &u8) -> u8 {
-        *state
+    fn canonical(&self, state: u8) -> u8 {
+        state
+    }
+    fn pack(&self, state: &u8, out: &mut Vec<u8>) {
+        out.push(*state);
+    }
+    fn unpack(&self, bytes: &[u8]) -> u8 {
+        bytes[0]
     }
     fn progress(&self, state: &u8) -> u64 {
         u64::from(*state)

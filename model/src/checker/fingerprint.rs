@@ -75,6 +75,13 @@ pub fn fingerprint<T: Hash>(value: &T) -> u64 {
     hasher.finish().max(1)
 }
 
+/// The fingerprint of a byte string (a packed state); never 0.
+pub fn fingerprint_bytes(bytes: &[u8]) -> u64 {
+    let mut hasher = FingerprintHasher::default();
+    hasher.write(bytes);
+    hasher.finish().max(1)
+}
+
 /// Fingerprints are already uniformly distributed: use them as their own hash.
 #[derive(Default)]
 pub(crate) struct IdentityHasher(u64);

@@ -7,8 +7,9 @@
 //!
 //! - level-synchronous BFS over canonical (symmetry-reduced) states, so every clause's
 //!   counterexample is a shortest path to its first violating state;
-//! - deterministic whatever the thread count: states are sharded by fingerprint into a
-//!   fixed number of shards, and each level is merged shard by shard in frontier order;
+//! - deterministic whatever the thread count or fingerprint function: states are sharded
+//!   by fingerprint into a fixed number of shards, each level is merged shard by shard in
+//!   frontier order, and the next frontier is put back in discovery (BFS) order;
 //! - every transition must grow [`Checkable::progress`], which proves the explored graph
 //!   acyclic; liveness clauses are then sound to check where runs may end: states where
 //!   no action that fairness forces is enabled (only faults, or nothing). A transition
@@ -22,6 +23,24 @@ mod replay;
 mod search;
 
 pub use fingerprint::fingerprint;
+
+/// The fingerprint the search gives `state`: of its packed representative (or of itself,
+/// without symmetry). `buffer` is scratch space.
+pub fn state_fingerprint<M>(model: &M, state: M::State, symmetry: bool, buffer: &mut Vec<u8>) -> u64
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let state = if symmetry {
+        model.canonical(state)
+    } else {
+        state
+    };
+    buffer.clear();
+    model.pack(&state, buffer);
+    fingerprint::fingerprint_bytes(buffer)
+}
 pub use replay::{replay_path, ReplayError};
 pub use search::check;
 
@@ -36,8 +55,12 @@ where
     Self::State: Clone + Eq + std::hash::Hash + Send + Sync,
     Self::Action: Clone + std::fmt::Debug + Send,
 {
-    /// The representative of `state`'s symmetry class (identity without symmetry).
-    fn canonical(&self, state: &Self::State) -> Self::State;
+    /// The representative of `state`'s symmetry class.
+    fn canonical(&self, state: Self::State) -> Self::State;
+    /// Appends a compact encoding of `state` to `out`; equal states, equal bytes.
+    fn pack(&self, state: &Self::State, out: &mut Vec<u8>);
+    /// The state `pack` encoded.
+    fn unpack(&self, bytes: &[u8]) -> Self::State;
     /// Grows on every transition; proves the graph acyclic.
     fn progress(&self, state: &Self::State) -> u64;
     /// An action the environment may take but never must: a fault, or a client's choice.

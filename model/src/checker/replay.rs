@@ -1,7 +1,7 @@
 //! Turning a violating fingerprint into a concrete, re-checked counterexample, and
 //! re-executing a recorded action sequence (`kvcc replay`).
 
-use super::fingerprint::{fingerprint, FingerprintMap};
+use super::fingerprint::FingerprintMap;
 use super::{Checkable, Kind};
 use std::fmt;
 
@@ -76,13 +76,9 @@ where
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
-    let canonical_fp = |s: &M::State| {
-        fingerprint(&if symmetry {
-            model.canonical(s)
-        } else {
-            s.clone()
-        })
-    };
+    let mut buffer = Vec::new();
+    let mut canonical_fp =
+        |s: &M::State| super::state_fingerprint(model, s.clone(), symmetry, &mut buffer);
     let initial = model
         .init_states()
         .into_iter()

@@ -1,6 +1,6 @@
 //! The level-synchronous, sharded, deterministic BFS.
 
-use super::fingerprint::{fingerprint, FingerprintMap};
+use super::fingerprint::FingerprintMap;
 use super::{replay, Checkable, Counterexample, Cutoff, Kind, Options, Report, Verdict};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -16,16 +16,22 @@ fn shard_of(fp: u64) -> usize {
     (fp >> 60) as usize % SHARDS
 }
 
+/// A packed state, and its fingerprint.
+type Packed = (u64, Box<[u8]>);
+
 /// A newly generated state on its way to the visited set.
-struct Candidate<S> {
+struct Candidate {
+    /// Discovery order: (chunk, position in chunk). Chunks follow the frontier and
+    /// successors are generated in action order, so this is plain BFS order.
+    order: u64,
     fp: u64,
     parent: u64,
-    state: S,
+    packed: Box<[u8]>,
 }
 
 /// What one chunk of a level produced.
-struct ChunkOut<S> {
-    per_shard: Vec<Vec<Candidate<S>>>,
+struct ChunkOut {
+    per_shard: Vec<Vec<Candidate>>,
     /// (clause, frontier index) of the first violation of each clause in this chunk.
     violations: Vec<(usize, usize)>,
     /// (frontier index, action) of the first transition without progress.
@@ -43,24 +49,16 @@ where
 {
     let start = Instant::now();
     let threads = options.threads.max(1);
-    let canonical = |s: &M::State| {
-        if options.symmetry {
-            model.canonical(s)
-        } else {
-            s.clone()
-        }
-    };
     let mut visited: Vec<FingerprintMap> = (0..SHARDS).map(|_| FingerprintMap::default()).collect();
-    let mut frontier: Vec<(u64, M::State)> = Vec::new();
+    let mut frontier: Vec<Packed> = Vec::new();
     for init in model.init_states() {
-        let state = canonical(&init);
-        let fp = fingerprint(&state);
+        let (fp, packed) = pack(model, init, options.symmetry, &mut Vec::new());
         if visited[shard_of(fp)].insert(fp, 0).is_none() {
-            frontier.push((fp, state));
+            frontier.push((fp, packed));
         }
     }
     let clause_count = model.clause_count();
-    // First violation of each clause: (depth, fingerprint of the violating state).
+    // Fingerprint of the first state (in BFS order) that breaks each clause.
     let mut first: Vec<Option<u64>> = vec![None; clause_count];
     let mut unique_states = frontier.len() as u64;
     let mut transitions = 0u64;
@@ -74,8 +72,7 @@ where
             break;
         }
         let chunks = frontier.len().div_ceil(CHUNK);
-        let outputs: Vec<Mutex<Option<ChunkOut<M::State>>>> =
-            (0..chunks).map(|_| Mutex::new(None)).collect();
+        let outputs: Vec<Mutex<Option<ChunkOut>>> = (0..chunks).map(|_| Mutex::new(None)).collect();
         let next_chunk = AtomicUsize::new(0);
         let expand = || loop {
             let c = next_chunk.fetch_add(1, Ordering::Relaxed);
@@ -87,7 +84,7 @@ where
                 break;
             }
             let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.len());
-            let out = expand_chunk(model, &canonical, &visited, &frontier, range);
+            let out = expand_chunk(model, options.symmetry, &visited, &frontier, c, range);
             *outputs[c].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
         };
         run_parallel(threads, &expand);
@@ -95,7 +92,7 @@ where
             cutoff = Some(Cutoff::Time(start.elapsed()));
             break;
         }
-        let outputs: Vec<ChunkOut<M::State>> = outputs
+        let outputs: Vec<ChunkOut> = outputs
             .into_iter()
             .map(|m| {
                 m.into_inner()
@@ -122,7 +119,7 @@ where
         }
 
         // Merge: each shard takes its candidates from every chunk, in frontier order.
-        let mut per_shard: Vec<Vec<Vec<Candidate<M::State>>>> = (0..SHARDS)
+        let mut per_shard: Vec<Vec<Vec<Candidate>>> = (0..SHARDS)
             .map(|_| Vec::with_capacity(outputs.len()))
             .collect();
         for out in outputs {
@@ -130,8 +127,15 @@ where
                 per_shard[shard].push(candidates);
             }
         }
-        let merged: Vec<Vec<(u64, M::State)>> = merge_shards(threads, &mut visited, per_shard);
-        frontier = merged.into_iter().flatten().collect();
+        // The next frontier in discovery order, whatever the shards and the fingerprint
+        // function: the first violating state is then the one reached by the earliest
+        // actions, and counterexamples do not change when hashing does.
+        let mut merged: Vec<(u64, Packed)> = merge_shards(threads, &mut visited, per_shard)
+            .into_iter()
+            .flatten()
+            .collect();
+        merged.sort_unstable_by_key(|(order, _)| *order);
+        frontier = merged.into_iter().map(|(_, packed)| packed).collect();
         unique_states += frontier.len() as u64;
         if !frontier.is_empty() {
             depth += 1;
@@ -143,6 +147,7 @@ where
             }
         }
     }
+    drop(frontier);
 
     let mut counterexamples = Vec::new();
     for (clause, fp) in first.iter().enumerate() {
@@ -180,6 +185,17 @@ where
     }
 }
 
+/// The packed representative of `state` and its fingerprint.
+fn pack<M>(model: &M, state: M::State, symmetry: bool, buffer: &mut Vec<u8>) -> Packed
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let fp = super::state_fingerprint(model, state, symmetry, buffer);
+    (fp, buffer.as_slice().into())
+}
+
 fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
     if threads == 1 {
         work();
@@ -194,11 +210,12 @@ fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
 
 fn expand_chunk<M>(
     model: &M,
-    canonical: &(impl Fn(&M::State) -> M::State + Sync),
+    symmetry: bool,
     visited: &[FingerprintMap],
-    frontier: &[(u64, M::State)],
+    frontier: &[Packed],
+    chunk: usize,
     range: std::ops::Range<usize>,
-) -> ChunkOut<M::State>
+) -> ChunkOut
 where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -213,13 +230,16 @@ where
     };
     let mut seen_clause = vec![false; clause_count];
     let mut actions = Vec::new();
+    let mut buffer = Vec::new();
+    let mut order = (chunk as u64) << 32;
     for index in range {
-        let (fp, state) = &frontier[index];
+        let (fp, packed) = &frontier[index];
+        let state = model.unpack(packed);
         // A state that breaks safety is where its run stops: not expanded, and liveness
         // is not judged there.
         if !record_broken(
             model,
-            state,
+            &state,
             Kind::Safety,
             index,
             &mut seen_clause,
@@ -228,13 +248,13 @@ where
             continue;
         }
         actions.clear();
-        model.actions(state, &mut actions);
-        let progress = model.progress(state);
+        model.actions(&state, &mut actions);
+        let progress = model.progress(&state);
         let mut successors = 0;
         // Does fairness force a step from here? If not, a run may end here.
         let mut forced = false;
         for action in actions.drain(..) {
-            let Some(next) = model.next_state(state, action.clone()) else {
+            let Some(next) = model.next_state(&state, action.clone()) else {
                 continue;
             };
             successors += 1;
@@ -242,22 +262,24 @@ where
             if model.progress(&next) <= progress && out.no_progress.is_none() {
                 out.no_progress = Some((index, model.format_action(&action)));
             }
-            let next = canonical(&next);
-            let next_fp = fingerprint(&next);
+            let next_fp = super::state_fingerprint(model, next, symmetry, &mut buffer);
             let shard = shard_of(next_fp);
             if !visited[shard].contains_key(&next_fp) {
+                let packed = buffer.as_slice().into();
                 out.per_shard[shard].push(Candidate {
+                    order,
                     fp: next_fp,
                     parent: *fp,
-                    state: next,
+                    packed,
                 });
+                order += 1;
             }
         }
         out.transitions += successors;
         if !forced {
             record_broken(
                 model,
-                state,
+                &state,
                 Kind::Liveness,
                 index,
                 &mut seen_clause,
@@ -297,21 +319,22 @@ where
 }
 
 /// One shard's visited set and the candidates each chunk produced for it.
-type ShardWork<'a, S> = (&'a mut FingerprintMap, Vec<Vec<Candidate<S>>>);
+type ShardWork<'a> = (&'a mut FingerprintMap, Vec<Vec<Candidate>>);
 
 /// Inserts each shard's candidates into the visited set, first come first served in
 /// frontier order; returns each shard's new states in that order.
-fn merge_shards<S: Send>(
+fn merge_shards(
     threads: usize,
     visited: &mut [FingerprintMap],
-    per_shard: Vec<Vec<Vec<Candidate<S>>>>,
-) -> Vec<Vec<(u64, S)>> {
-    let work: Vec<Mutex<Option<ShardWork<'_, S>>>> = visited
+    per_shard: Vec<Vec<Vec<Candidate>>>,
+) -> Vec<Vec<(u64, Packed)>> {
+    let work: Vec<Mutex<Option<ShardWork<'_>>>> = visited
         .iter_mut()
         .zip(per_shard)
         .map(|pair| Mutex::new(Some(pair)))
         .collect();
-    let results: Vec<Mutex<Vec<(u64, S)>>> = (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect();
+    let results: Vec<Mutex<Vec<(u64, Packed)>>> =
+        (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect();
     let next = AtomicUsize::new(0);
     let merge = || loop {
         let shard = next.fetch_add(1, Ordering::Relaxed);
@@ -326,7 +349,7 @@ fn merge_shards<S: Send>(
         for candidate in chunks.into_iter().flatten() {
             if let std::collections::hash_map::Entry::Vacant(slot) = map.entry(candidate.fp) {
                 slot.insert(candidate.parent);
-                fresh.push((candidate.fp, candidate.state));
+                fresh.push((candidate.order, (candidate.fp, candidate.packed)));
             }
         }
         *results[shard].lock().unwrap_or_else(|e| e.into_inner()) = fresh;
