@@ -137,6 +137,9 @@ pub fn facts(state: &State) -> BTreeMap<String, String> {
                 SendPhase::ToSend => "to send (lease armed)".to_string(),
                 SendPhase::Done => "done, report pending".to_string(),
                 SendPhase::Reported => "reported".to_string(),
+                SendPhase::Cleared => {
+                    "reported, CLEARED by the connector (never reaches the aggregator)".to_string()
+                }
                 SendPhase::Silent => "silent".to_string(),
             };
             let notes = if t.is_transfer(rank) {

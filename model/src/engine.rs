@@ -48,8 +48,13 @@ pub fn prefill_step(
         let mut output = WorkerOutput::empty(worker);
         for r in 0..state.request_count() as RequestId {
             if rank::ready_to_report(state, worker, r) {
-                state.prefill_cell_mut(worker, r).send = SendPhase::Reported;
-                if !rank::cleared(config, state, worker) {
+                let cleared = rank::cleared(config, state, worker);
+                state.prefill_cell_mut(worker, r).send = if cleared {
+                    SendPhase::Cleared
+                } else {
+                    SendPhase::Reported
+                };
+                if !cleared {
                     output.finished_sending.insert(r);
                 }
             }

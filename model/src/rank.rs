@@ -18,7 +18,9 @@ pub fn receive_send_metadata(config: &Config, state: &mut State, r: RequestId) {
         let cell = state.prefill_cell_mut(rank, r);
         cell.send = match (transfer, cell.send) {
             // Already read in full before the metadata came: not armed again.
-            (_, SendPhase::Done | SendPhase::Reported | SendPhase::Silent) => cell.send,
+            (_, SendPhase::Done | SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent) => {
+                cell.send
+            }
             (true, _) => SendPhase::ToSend,
             (false, _) => match config.producer.replicated_reports {
                 ReplicatedReports::Nothing => SendPhase::Silent,

@@ -76,6 +76,9 @@ pub enum SendPhase {
     /// Completion reached (notifications, lease expiry, or synthetic): reported next step.
     Done,
     Reported,
+    /// Reported, but the connector cleared the report before it reached the aggregator
+    /// (the clear of replicated ranks' sends, #52779 / #53781).
+    Cleared,
     /// Never reports this request.
     Silent,
 }
@@ -313,7 +316,7 @@ impl State {
             SendPhase::InBatch => 0,
             SendPhase::ToSend => 1,
             SendPhase::Done => 2,
-            SendPhase::Reported | SendPhase::Silent => 3,
+            SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent => 3,
         };
         let handle = |h: HandlePhase| match h {
             HandlePhase::NotPosted => 0,
