@@ -46,15 +46,16 @@ fn get(addr: &str, path: &str) -> (String, String) {
 
 #[test]
 fn explorer_serves_the_page_and_states_over_loopback_http() {
+    // A matrix spec without --point: the first point is explored, and named.
     let child = kvcc()
         .args([
             "explore",
-            &fixture("seed-59325.toml"),
+            &fixture("seed-59325-matrix.toml"),
             "--addr",
             "127.0.0.1:0",
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("kvcc explore starts");
     let mut explorer = Explorer(child);
@@ -73,6 +74,7 @@ fn explorer_serves_the_page_and_states_over_loopback_http() {
         .find(|w| w.starts_with("http://127.0.0.1:"))
         .unwrap_or_else(|| panic!("no loopback URL in {line:?}"));
     let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    assert!(line.contains("seed-59325-pcp [prefill.pcp=1]"), "{line}");
 
     // The server thread starts right after the URL is printed; retry connecting briefly.
     let mut page = None;
@@ -103,6 +105,20 @@ fn explorer_serves_the_page_and_states_over_loopback_http() {
         body.contains("P scheduler: req0 finishes prefill"),
         "{body}"
     );
+
+    explorer.0.kill().unwrap();
+    let mut stderr = String::new();
+    explorer
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("note: 3 matrix points match; exploring the first, prefill.pcp=1"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -118,16 +134,15 @@ fn explorer_refuses_a_non_loopback_address_exit_2() {
 }
 
 #[test]
-fn explorer_needs_one_matrix_point_exit_2() {
+fn explorer_rejects_a_point_outside_the_matrix_exit_2() {
     let (code, _, stderr) = run(&[
         "explore",
         &fixture("seed-59325-matrix.toml"),
+        "--point",
+        "prefill.pcp=3",
         "--addr",
         "127.0.0.1:0",
     ]);
     assert_eq!(code, 2);
-    assert!(
-        stderr.contains("3 matrix points; select one with --point"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("not a value of the matrix"), "{stderr}");
 }

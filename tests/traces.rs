@@ -82,6 +82,7 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
         "{md}"
     );
     assert!(md.contains(&format!("```sh\n{command}\n")), "{md}");
+    assert!(md.contains(&format!("\nkvcc explore {spec}\n```")), "{md}");
 
     let sh = read(&base.with_extension("sh"));
     assert!(sh.starts_with("#!/bin/sh\n"), "{sh}");

@@ -3,8 +3,13 @@
 
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The longest any one kvcc run may take in these tests.
+pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The workspace root (the parent of `harness/`).
 pub fn root() -> PathBuf {
@@ -30,17 +35,43 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     output(kvcc().args(args))
 }
 
+/// Runs a command to completion, within `DEADLINE`: a kvcc that blocks fails the test
+/// instead of hanging the suite.
 pub fn output(command: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command.output().expect("kvcc runs");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvcc starts");
+    // Drain both pipes on threads so a chatty child never blocks on a full pipe.
+    let stdout = drain(child.stdout.take().expect("stdout piped"));
+    let stderr = drain(child.stderr.take().expect("stderr piped"));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("kvcc can be waited for") {
+            break status;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kvcc did not exit within {DEADLINE:?}: {command:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     (
         status.code().expect("kvcc exits with a code"),
-        String::from_utf8(stdout).expect("stdout is UTF-8"),
-        String::from_utf8(stderr).expect("stderr is UTF-8"),
+        stdout.join().expect("stdout drained"),
+        stderr.join().expect("stderr drained"),
     )
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        pipe.read_to_string(&mut text).expect("UTF-8 output");
+        text
+    })
 }
 
 /// A fixture path relative to the workspace root.

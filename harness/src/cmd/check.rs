@@ -22,9 +22,9 @@ use std::time::Duration;
 #[command(after_help = "\
 Examples:
   kvcc check                                   every spec under specs/
-  kvcc check specs/seed-59325.toml --trace-dir traces
+  kvcc check specs/pr59325-regression.toml --trace-dir traces
   kvcc check specs/ --format json --junit kvcc.xml
-  kvcc check specs/seed-59325.toml --point prefill.pcp=2 --max-states 100000")]
+  kvcc check specs/pr59325-regression.toml --point prefill.pcp=2 --max-states 100000")]
 pub struct Args {
     /// Spec files, or directories searched recursively for `*.toml`.
     #[arg(value_name = "PATH", default_value = "specs")]

@@ -11,12 +11,14 @@ use std::io::Write;
 /// Browse one spec's state space in stateright's web explorer (loopback only).
 ///
 /// States show as kvcc's named facts (`P req0: prefilling`) and actions in vLLM's
-/// vocabulary, as in traces. A spec with a matrix needs `--point` for every matrix path
-/// with more than one value. Prints the URL, then serves until stopped (Ctrl-C).
+/// vocabulary, as in traces. In a spec with a matrix, `--point` selects the point; when
+/// several match, the first is explored (and named). Prints the URL, then serves until
+/// stopped (Ctrl-C).
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Examples:\n  kvcc explore specs/seed-59325.toml\n  kvcc explore specs/seed-59325.toml --point prefill.pcp=4 --addr 127.0.0.1:8080"
-)]
+#[command(after_help = "\
+Examples:
+  kvcc explore specs/pr59325-regression.toml
+  kvcc explore specs/pr59325-regression.toml --point prefill.pcp=4 --addr 127.0.0.1:8080")]
 pub struct Args {
     /// The spec file.
     #[arg(value_name = "SPEC")]
@@ -49,15 +51,11 @@ fn prepare(args: &Args) -> Result<(ContractModel, String, std::net::SocketAddr),
     let spec = Spec::load(&args.spec)?;
     let mut cases = spec.cases(&args.points)?;
     if cases.len() > 1 {
-        let points: Vec<String> = cases.iter().map(|c| format!("  {}", c.point)).collect();
-        return Err(InputError::file(
-            &spec.file,
-            format!(
-                "{} matrix points; select one with --point KEY=VALUE:\n{}",
-                cases.len(),
-                points.join("\n")
-            ),
-        ));
+        eprintln!(
+            "note: {} matrix points match; exploring the first, {} (select another with --point KEY=VALUE)",
+            cases.len(),
+            cases[0].point
+        );
     }
     let case = cases.remove(0);
     let title = if case.point.is_empty() {

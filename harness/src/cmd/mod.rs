@@ -13,9 +13,9 @@ use clap::{Parser, Subcommand};
 const EXAMPLES: &str = "\
 Examples:
   kvcc check                                   check every spec under specs/
-  kvcc check specs/seed-59325.toml --trace-dir traces
-  kvcc replay traces/seed-59325__eventually-freed__delay-freed-request-never-freed.itf.json
-  kvcc explore specs/seed-59325.toml --point prefill.pcp=2
+  kvcc check specs/pr59325-regression.toml --trace-dir traces
+  kvcc replay traces/pr59325-regression__decode.tp=1,...__eventually-freed__delay-freed-request-never-freed.itf.json
+  kvcc explore specs/pr59325-regression.toml --point prefill.pcp=4
   kvcc schema > kvcc-spec.schema.json
 
 Exit codes: 0 as expected, 1 a finding (a verdict differs from its expectation, a trace

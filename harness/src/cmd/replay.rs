@@ -12,9 +12,10 @@ use crate::Exit;
 /// or `does not reproduce: ...` with the first step or fact that differs (exit 1); an
 /// unreadable trace or spec is exit 2.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Examples:\n  kvcc replay traces/seed-59325__eventually-freed__delay-freed-request-never-freed.itf.json\n  kvcc replay trace.itf.json --spec specs/seed-59325-fixed.toml   # does the fix remove it?"
-)]
+#[command(after_help = "\
+Examples:
+  kvcc replay traces/pr59325-regression__eventually-freed__delay-freed-request-never-freed.itf.json
+  kvcc replay trace.itf.json --spec specs/pr59325-fix.toml     # does the fix remove it?")]
 pub struct Args {
     /// The trace file (`*.itf.json`).
     #[arg(value_name = "TRACE")]

@@ -44,7 +44,11 @@ pub fn render(trace: &Trace, replay: &str) -> String {
         trace.meaning,
         trace.ending()
     );
-    let _ = writeln!(out, "Reproduce:\n\n```sh\n{}\n{replay}\n```", trace.command);
+    let _ = writeln!(
+        out,
+        "Reproduce (check, replay this trace, browse the state space):\n\n```sh\n{}\n{replay}\n{}\n```",
+        trace.command, trace.explore_command
+    );
     out
 }
 

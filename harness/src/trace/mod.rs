@@ -46,6 +46,8 @@ pub struct Trace {
     pub meaning: String,
     /// The command that reproduces the run.
     pub command: String,
+    /// The command that opens the same case in the web explorer.
+    pub explore_command: String,
     pub initial: Facts,
     pub steps: Vec<Step>,
     pub prefill_ranks: u16,
@@ -75,6 +77,11 @@ impl Trace {
             before = after;
         }
         let t = &model.topology;
+        let explore: Vec<String> = ["kvcc".into(), "explore".into(), spec.file.clone()]
+            .into_iter()
+            .chain(point.args())
+            .map(|a| shell_quote(&a))
+            .collect();
         Trace {
             spec_name: spec.name.clone(),
             spec_file: spec.file.clone(),
@@ -85,6 +92,7 @@ impl Trace {
             kind: clause.kind,
             meaning: clause.meaning.to_string(),
             command,
+            explore_command: explore.join(" "),
             initial: describe::facts(&counterexample.initial),
             steps,
             prefill_ranks: t.prefill_world,

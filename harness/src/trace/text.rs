@@ -36,5 +36,6 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "reproduce: {}", trace.command);
     let _ = writeln!(out, "replay:    {replay}");
+    let _ = writeln!(out, "explore:   {}", trace.explore_command);
     out
 }
