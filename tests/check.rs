@@ -404,3 +404,79 @@ fn shipped_specs_check_as_expected() {
     let (code, stdout, stderr) = run(&["check"]);
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
 }
+
+#[test]
+fn a_misspelt_spec_table_is_an_unknown_field_not_a_missing_expect() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("expected.toml");
+    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325.toml")))
+        .unwrap()
+        .replace("[expect]", "[expected]");
+    std::fs::write(&file, &text).unwrap();
+    let line = text.lines().position(|l| l == "[expected]").unwrap() + 1;
+    let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains(&format!(":{line}:2: expected: unknown field `expected`")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`expect`"),
+        "the spec keys are listed: {stderr}"
+    );
+}
+
+#[test]
+fn a_spec_named_twice_is_checked_once_and_two_specs_may_not_share_a_name() {
+    let (code, stdout, _) = run(&[
+        "check",
+        "tests/fixtures/seed-59325.toml",
+        "tests/fixtures/seed-59325.toml",
+    ]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("1 check: 1 as expected"), "{stdout}");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("seed-59325.toml");
+    std::fs::copy(common::root().join(fixture("seed-59325.toml")), &copy).unwrap();
+    let (code, _, stderr) = run(&["check", &fixture("seed-59325.toml"), copy.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("spec name `seed-59325` is also used by tests/fixtures/seed-59325.toml"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn input_errors_are_annotated_under_github_actions() {
+    let file = fixture("typo.toml");
+    let line = line_of(&file, "requets");
+    let (code, stdout, _) = output(kvcc().args(["check", &file]).env("GITHUB_ACTIONS", "true"));
+    assert_eq!(code, 2);
+    assert!(
+        stdout.starts_with(&format!(
+            "::error file={file},line={line},title=kvcc%3A invalid input::requets: unknown field"
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn long_matrix_points_keep_trace_names_short_and_distinct() {
+    use kvcc::point::Point;
+    let long = |v: i64| {
+        Point(
+            (0..20)
+                .map(|i| {
+                    (
+                        format!("faults.some-long-field-name-{i}"),
+                        toml::Value::Integer(v),
+                    )
+                })
+                .collect(),
+        )
+    };
+    let (a, b) = (long(1).file_label(), long(2).file_label());
+    assert!(a.len() <= 120, "{a}");
+    assert_ne!(a, b);
+    assert_eq!(a, long(1).file_label(), "deterministic");
+}

@@ -56,9 +56,21 @@ impl fmt::Display for InputError {
 
 impl std::error::Error for InputError {}
 
-/// Prints errors the way every kvcc command does: `error: ...` on stderr, one a line.
+/// Prints errors the way every kvcc command does: `error: ...` on stderr, one a line;
+/// under GitHub Actions also an `::error` annotation at the file and line.
 pub fn print(errors: &[InputError]) {
     for error in errors {
         eprintln!("error: {error}");
+        if let (true, Some(file)) = (crate::report::github::active(), &error.file) {
+            let line = error.at.map_or(1, |(line, _)| line);
+            let message = match &error.field {
+                Some(field) => format!("{field}: {}", error.message),
+                None => error.message.clone(),
+            };
+            println!(
+                "{}",
+                crate::report::github::annotation(file, line, "kvcc: invalid input", &message)
+            );
+        }
     }
 }

@@ -26,9 +26,20 @@ impl Point {
             .join(",")
     }
 
-    /// The label with only file-name-safe characters.
+    /// The label with only file-name-safe characters, shortened (with a hash of the
+    /// whole label, so names stay distinct) when a long matrix would exceed what file
+    /// systems allow.
     pub fn file_label(&self) -> String {
-        sanitize(&self.label())
+        const LABEL_MAX: usize = 120;
+        let label = sanitize(&self.label());
+        if label.len() <= LABEL_MAX {
+            return label;
+        }
+        // FNV-1a: stable across runs and platforms, unlike std's hasher.
+        let hash = label.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("{}~{:08x}", &label[..LABEL_MAX - 9], hash as u32)
     }
 
     /// The `--point` arguments that select this point.

@@ -163,6 +163,7 @@ impl Spec {
         })?;
         let version = table.remove("version");
         check_version(&source, version)?;
+        check_top_level_keys(&source, &table)?;
         let name = match table.remove("name") {
             None => default_name(file),
             Some(toml::Value::String(s)) if !s.trim().is_empty() => s,
@@ -380,6 +381,35 @@ fn default_name(file: &str) -> String {
 
 fn values_text(values: &[toml::Value]) -> String {
     values.iter().map(value_text).collect::<Vec<_>>().join(", ")
+}
+
+/// A top-level key must be a spec key or a Config field: catches `[expected]` before the
+/// missing `[expect]` would hide it.
+fn check_top_level_keys(source: &Source, table: &toml::Table) -> Result<(), InputError> {
+    let schema = schema::schema();
+    for key in table.keys() {
+        if !schema::RESERVED.contains(&key.as_str()) && schema::config_field(&schema, key).is_none()
+        {
+            let fields: Vec<&String> = schema["properties"]
+                .as_object()
+                .map(|p| p.keys().collect())
+                .unwrap_or_default();
+            let fields: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
+            return Err(source.error(
+                &[Seg::Key(key.clone())],
+                Part::Key,
+                format!(
+                    "unknown field `{key}`, expected one of {}",
+                    fields
+                        .iter()
+                        .map(|f| format!("`{f}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_version(source: &Source, version: Option<toml::Value>) -> Result<(), InputError> {
@@ -699,6 +729,9 @@ pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
             files.push(path.clone());
         }
     }
+    // `kvcc check specs specs/x.toml` checks x once.
+    let mut seen = std::collections::BTreeSet::new();
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.into())));
     Ok(files)
 }
 

@@ -15,19 +15,24 @@ pub fn annotations(outcomes: &[Outcome]) -> Vec<String> {
         .iter()
         .filter(|o| !o.matches)
         .map(|o| {
-            format!(
-                "::error file={},line={},title={}::{}",
-                property(&o.file),
+            annotation(
+                &o.file,
                 o.expect_line,
-                property(&format!("kvcc: {}", o.title())),
-                data(&format!(
-                    "expected {}, got {}",
-                    o.expectation,
-                    o.verdict_text()
-                ))
+                &format!("kvcc: {}", o.title()),
+                &format!("expected {}, got {}", o.expectation, o.verdict_text()),
             )
         })
         .collect()
+}
+
+/// `::error file=FILE,line=LINE,title=TITLE::MESSAGE`, escaped.
+pub fn annotation(file: &str, line: usize, title: &str, message: &str) -> String {
+    format!(
+        "::error file={},line={line},title={}::{}",
+        property(file),
+        property(title),
+        data(message)
+    )
 }
 
 /// The job summary: one table row per check.

@@ -18,6 +18,9 @@ pub fn render(trace: &Trace, replay: &str) -> String {
         "| spec | `{}` ({}) |",
         trace.spec_file, trace.spec_name
     );
+    if let Some(description) = &trace.description {
+        let _ = writeln!(out, "| about | {} |", description.replace('|', "\\|"));
+    }
     if !trace.point.is_empty() {
         let _ = writeln!(out, "| matrix point | `{}` |", trace.point);
     }

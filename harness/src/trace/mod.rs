@@ -38,6 +38,7 @@ pub struct Trace {
     pub spec_name: String,
     /// The spec path as given on the command line.
     pub spec_file: String,
+    pub description: Option<String>,
     pub point: Point,
     pub property: String,
     pub clause: String,
@@ -85,6 +86,7 @@ impl Trace {
         Trace {
             spec_name: spec.name.clone(),
             spec_file: spec.file.clone(),
+            description: spec.description.clone(),
             point: point.clone(),
             property: clause.property.to_string(),
             clause: clause.clause.to_string(),

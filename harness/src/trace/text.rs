@@ -13,6 +13,9 @@ pub fn render(trace: &Trace, replay: &str) -> String {
         trace.clause_name()
     );
     let _ = writeln!(out, "spec:     {} ({})", trace.spec_file, trace.spec_name);
+    if let Some(description) = &trace.description {
+        let _ = writeln!(out, "about:    {description}");
+    }
     if !trace.point.is_empty() {
         let _ = writeln!(out, "point:    {}", trace.point);
     }
