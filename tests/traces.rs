@@ -295,3 +295,22 @@ fn the_reproduce_command_rewrites_identical_traces() {
     assert_eq!(code, 0);
     assert_eq!(read(&trace), first);
 }
+
+#[test]
+fn replay_against_a_spec_with_another_matrix_names_the_value_it_picked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, trace) = traced_copy(dir.path());
+    let (code, stdout, stderr) = run(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--spec",
+        &fixture("seed-59325-matrix.toml"),
+    ]);
+    // pcp = 1, the matrix's first value, has no replicated rank to clear.
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.starts_with("does not reproduce: "), "{stdout}");
+    assert!(
+        stderr.contains("does not name matrix path `prefill.pcp`; using its first value, 1"),
+        "{stderr}"
+    );
+}

@@ -124,7 +124,10 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
                 ..InputError::file(file, m)
             }
         })?;
-    let config = spec.config(&point)?;
+    let (config, notes) = spec.config_for_recorded(&point)?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
     let model = ContractModel::new(config);
     let Some(clause) = CLAUSES
         .iter()

@@ -296,24 +296,42 @@ impl Spec {
         Ok(())
     }
 
-    /// The config at a matrix point (which may come from a trace: its values need not be
-    /// in the matrix any more, but it must name exactly the matrix's paths).
-    pub fn config(&self, point: &Point) -> Result<Config, InputError> {
-        let paths: Vec<&str> = point.0.iter().map(|(p, _)| p.as_str()).collect();
-        let matrix: Vec<&str> = self.matrix.iter().map(|e| e.path.as_str()).collect();
-        let mut sorted = (paths.clone(), matrix.clone());
-        sorted.0.sort();
-        sorted.1.sort();
-        if sorted.0 != sorted.1 {
-            return Err(InputError::file(
-                &self.file,
-                format!(
-                    "the matrix point [{}] does not name the spec's matrix paths [{}]",
-                    paths.join(", "),
-                    matrix.join(", ")
-                ),
-            ));
+    /// The config at a point recorded elsewhere (a trace), against a spec that may have
+    /// changed since: the point's values are written whether or not the matrix still has
+    /// them; a matrix path the point does not name takes its first value, and a note
+    /// says so.
+    pub fn config_for_recorded(
+        &self,
+        recorded: &Point,
+    ) -> Result<(Config, Vec<String>), InputError> {
+        let schema = schema::schema();
+        for (path, _) in &recorded.0 {
+            if schema::config_field(&schema, path).is_none() {
+                return Err(InputError::file(
+                    &self.file,
+                    format!("the recorded matrix point names `{path}`, which is not a Config field path"),
+                ));
+            }
         }
+        let mut point = recorded.clone();
+        let mut notes = Vec::new();
+        for entry in &self.matrix {
+            if recorded.get(&entry.path).is_none() {
+                let first = entry.values[0].clone();
+                notes.push(format!(
+                    "{}: the recorded point does not name matrix path `{}`; using its first value, {}",
+                    self.file,
+                    entry.path,
+                    value_text(&first)
+                ));
+                point.0.push((entry.path.clone(), first));
+            }
+        }
+        Ok((self.config(&point)?, notes))
+    }
+
+    /// The config at a point: the spec's Config fields with the point's values written in.
+    pub fn config(&self, point: &Point) -> Result<Config, InputError> {
         let mut table = self.config.clone();
         for (path, value) in &point.0 {
             set_path(&mut table, path, value.clone())
