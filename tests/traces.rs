@@ -314,3 +314,18 @@ fn replay_against_a_spec_with_another_matrix_names_the_value_it_picked() {
         "{stderr}"
     );
 }
+
+#[test]
+fn replay_of_a_step_outside_the_topology_does_not_reproduce_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, trace) = traced_copy(dir.path());
+    let mut doc = itf(&trace);
+    doc["states"][2]["#meta"]["action"] = serde_json::json!(
+        {"action": "read-completes", "handle": 99, "request": 0, "notification-lost": false}
+    );
+    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
+    let (code, stdout, stderr) = run(&["replay", trace.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("step 2 ("), "{stdout}");
+    assert!(stdout.contains("this model does not have"), "{stdout}");
+}

@@ -141,6 +141,19 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         )));
     };
     let actions: Vec<Action> = trace.states.iter().filter_map(|s| s.meta.action).collect();
+    // A hand-edited or foreign trace may name ranks or handles this topology lacks; the
+    // model's own descriptions index by them, so such a step is refused up front.
+    if let Some((step, action)) = actions
+        .iter()
+        .enumerate()
+        .find(|(_, a)| !in_topology(&model, a))
+    {
+        let json = serde_json::to_string(action).unwrap_or_default();
+        return Ok(Replayed::DoesNotReproduce(format!(
+            "step {} ({json}) names a request, rank or read handle this model does not have",
+            step + 1
+        )));
+    }
     let recorded: Vec<Facts> = trace.states.iter().map(|s| s.fact_strings()).collect();
     let difference = first_difference(&model, &actions, &recorded);
     let name = format!("{}: {}", CLAUSES[clause].property, CLAUSES[clause].clause);
@@ -155,6 +168,31 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         (Err(e), None) => Replayed::DoesNotReproduce(e.to_string()),
         (Err(e), Some(d)) => Replayed::DoesNotReproduce(format!("{e}; first difference: {d}")),
     })
+}
+
+/// Whether every request, rank and handle an action names exists in the model.
+fn in_topology(model: &ContractModel, action: &Action) -> bool {
+    let t = &model.topology;
+    let request_ok = |r: u8| usize::from(r) < usize::from(model.config.requests);
+    let prefill_ok = |rank: u16| rank < t.prefill_world;
+    let handle_ok = |h: u16| usize::from(h) < t.handles.len();
+    match *action {
+        Action::PrefillFinishes { request }
+        | Action::DecodeAdmits { request, .. }
+        | Action::DecoderCrashes { request }
+        | Action::ClientAborts { request } => request_ok(request),
+        Action::PrefillWorkerLoads { rank, request }
+        | Action::OffloadStoreCompletes { rank, request }
+        | Action::LeaseExpires { rank, request } => prefill_ok(rank) && request_ok(request),
+        Action::HandshakeCompletes {
+            decoder, request, ..
+        } => decoder < t.decode_world && request_ok(request),
+        Action::ReadCompletes {
+            handle, request, ..
+        }
+        | Action::ReadFails { handle, request } => handle_ok(handle) && request_ok(request),
+        Action::PrefillEngineSteps { .. } | Action::DecodeEngineSteps { .. } => true,
+    }
 }
 
 /// Steps the model through `actions` while they are enabled and compares each state's
