@@ -68,23 +68,15 @@ pub fn action(model: &ContractModel, action: &Action) -> String {
             request,
             notification_lost,
         } => {
-            let plan = t.handles[usize::from(handle)];
             let note = if notification_lost {
                 "; notification LOST [FAULT]"
             } else {
                 "; notifies P"
             };
-            format!(
-                "D rank {}: read of req{request} from P rank {} completes{note}",
-                plan.decoder, plan.source
-            )
+            format!("{}: read of req{request} completes{note}", read(t, handle))
         }
         Action::ReadFails { handle, request } => {
-            let plan = t.handles[usize::from(handle)];
-            format!(
-                "D rank {}: read of req{request} from P rank {} FAILS [FAULT]",
-                plan.decoder, plan.source
-            )
+            format!("{}: read of req{request} FAILS [FAULT]", read(t, handle))
         }
         Action::DecodeEngineSteps { output_lost } => {
             let mut line = "D engine step: metadata to workers, outputs aggregated, scheduler wakes what is emitted".to_string();
@@ -94,6 +86,15 @@ pub fn action(model: &ContractModel, action: &Action) -> String {
             line
         }
         Action::ClientAborts { request: r } => format!("[FAULT] client aborts req{r}"),
+    }
+}
+
+/// Who reads from whom through `handle`; an action from a trace may name a handle this
+/// topology does not have, and is then described, not trusted.
+fn read(topology: &crate::topology::Topology, handle: u16) -> String {
+    match topology.handles.get(usize::from(handle)) {
+        Some(plan) => format!("D rank {} (from P rank {})", plan.decoder, plan.source),
+        None => format!("handle {handle} (not in this topology)"),
     }
 }
 
