@@ -9,9 +9,11 @@
 //! - [`trace`] writes counterexamples as text, Markdown (with Mermaid) and ITF JSON;
 //! - [`replay`] re-executes an ITF trace against the model;
 //! - [`explore`] serves stateright's web explorer on loopback;
-//! - [`schema`] is the JSON Schema of the spec format.
+//! - [`schema`] is the JSON Schema of the spec format;
+//! - [`conform`] checks recorded runs against the contract.
 
 pub mod cmd;
+pub mod conform;
 pub mod error;
 pub mod explore;
 pub mod point;

@@ -3,6 +3,7 @@
 //! file here, one `Command` variant and one `exec` arm.
 
 pub mod check;
+pub mod conform;
 pub mod explore;
 pub mod replay;
 pub mod schema;
@@ -40,6 +41,7 @@ pub enum Command {
     Replay(replay::Args),
     Explore(explore::Args),
     Schema(schema::Args),
+    Conform(conform::Args),
 }
 
 impl Command {
@@ -49,6 +51,7 @@ impl Command {
             Command::Replay(args) => replay::exec(args),
             Command::Explore(args) => explore::exec(args),
             Command::Schema(args) => schema::exec(args),
+            Command::Conform(args) => conform::exec(args),
         }
     }
 }

@@ -1,0 +1,135 @@
+//! `kvcc conform`.
+
+use crate::conform::format::PolicyName;
+use crate::conform::{self, render, Options, RunReport};
+use crate::error;
+use crate::Exit;
+use std::io::Write;
+
+/// Check recorded runs against the completion contract.
+///
+/// Each RUN_DIR is one engine's recording (docs/recorded-run.md): `header.json`, one
+/// `rank-<N>.jsonl` per worker rank, `scheduler.jsonl`. A directory without a header
+/// whose subdirectories have one (`kvcc simulate`'s `run-0000/`) stands for those. The
+/// rank files are read in parallel, one thread each, into the same concurrent aggregator
+/// the model and the loom suite use; monitors check exactly-once, quorum-sound,
+/// count-conserved and report-provenance as steps are aggregated, and at the end report
+/// what is still pending (eventually-freed, eventually-woken, aggregator-drains) with the
+/// ranks that never reported it. Every finding names its property, request, ranks and
+/// the FILE:LINE of its evidence. Files are streamed: memory follows the requests in
+/// flight, not the size of the run.
+///
+/// Exit 0 when every run conforms, 1 on a finding, 2 on bad input (a missing header or
+/// rank file, an unknown rank file, a truncated or invalid line, a step out of order).
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  kvcc conform recorded/prefill recorded/decode
+  kvcc simulate specs/pr59325-regression.toml --seed 1 --runs 4 --out sim && kvcc conform sim/run-*
+  kvcc conform recorded/prefill --policy strict --format md >> \"$GITHUB_STEP_SUMMARY\"")]
+pub struct Args {
+    /// Recorded run directories (one engine each, or a directory of them).
+    #[arg(value_name = "RUN_DIR", required = true)]
+    pub runs: Vec<String>,
+    /// Output format: `human`, `md` (Markdown) or `json` (one object per run per line).
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Count reports under this aggregator policy instead of the header's.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub policy: Option<PolicyArg>,
+    /// Steps a request is remembered after its lifetime ends: a late report within them
+    /// is a resend or one beyond E, after them an unannounced report.
+    #[arg(long, value_name = "STEPS", default_value_t = Options::default().grace_steps)]
+    pub grace_steps: u64,
+    /// Findings kept per property clause; the rest are counted.
+    #[arg(long, value_name = "N", default_value_t = Options::default().findings_per_clause_max as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_findings: u64,
+    /// Print bytes read, throughput and peak memory (VmHWM) to stderr.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Md,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    Countdown,
+    Strict,
+}
+
+pub fn exec(args: Args) -> Exit {
+    let runs = match conform::discover(&args.runs) {
+        Ok(runs) => runs,
+        Err(e) => {
+            error::print(&[e]);
+            return Exit::Input;
+        }
+    };
+    let options = Options {
+        policy: args.policy.map(|p| match p {
+            PolicyArg::Countdown => PolicyName::Countdown,
+            PolicyArg::Strict => PolicyName::Strict,
+        }),
+        grace_steps: args.grace_steps,
+        findings_per_clause_max: usize::try_from(args.max_findings).unwrap_or(usize::MAX),
+    };
+    let mut reports: Vec<RunReport> = Vec::new();
+    for run in &runs {
+        let report = match conform::check_run(run, &options) {
+            Ok(report) => report,
+            Err(e) => {
+                error::print(&[e]);
+                return Exit::Input;
+            }
+        };
+        let rendered = match args.format {
+            Format::Human => render::text(&report),
+            Format::Md => render::markdown(&report),
+            Format::Json => render::json_line(&report) + "\n",
+        };
+        print!("{rendered}");
+        let _ = std::io::stdout().flush();
+        if args.stats {
+            eprintln!("{}", stats(&report));
+        }
+        reports.push(report);
+    }
+    if args.format == Format::Human && reports.len() > 1 {
+        println!("{}", render::summary(&reports));
+    }
+    if reports.iter().all(RunReport::conforms) {
+        Exit::Ok
+    } else {
+        Exit::Finding
+    }
+}
+
+/// `stats: RUN: N bytes in S s (X MiB/s), peak RSS Y MiB, ...`.
+fn stats(report: &RunReport) -> String {
+    let mib = |bytes: f64| bytes / f64::from(1u32 << 20);
+    let rate = if report.seconds > 0.0 {
+        mib(report.bytes as f64) / report.seconds
+    } else {
+        0.0
+    };
+    let peak = peak_rss_kib().map_or("unknown".into(), |kib| {
+        format!("{:.1} MiB", kib as f64 / 1024.0)
+    });
+    format!(
+        "stats: {}: {} bytes in {:.3} s ({rate:.1} MiB/s), {} steps, {} requests (at most {} tracked at once), peak RSS {peak}",
+        report.run, report.bytes, report.seconds, report.steps, report.requests_seen, report.tracked_max
+    )
+}
+
+/// The process's peak resident set (VmHWM), in KiB, where /proc tells it.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}

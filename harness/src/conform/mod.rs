@@ -1,0 +1,491 @@
+//! `kvcc conform`: does a recorded run honour the completion contract?
+//!
+//! A run directory records one engine (docs/recorded-run.md, [`format`]). Checking it:
+//!
+//! - one reader thread per `rank-<N>.jsonl` parses its lines and submits them to
+//!   `kvcc_aggregator::ConcurrentAggregator` — the one aggregator, the type loom and
+//!   shuttle check and the model steps through — so what is verified is what runs;
+//! - the consumer (this thread) takes the aggregated outcomes in step order and runs the
+//!   [`monitor`]s over them, with the scheduler log applied between steps;
+//! - scheduler events must land exactly between two aggregations (a `strict` aggregator
+//!   is told of a delayed free before the step whose reports it must precede). The front
+//!   announces at once, so the consumer holds one rank back: rank 0's reader hands its
+//!   outputs to the consumer, which submits them after applying the events before that
+//!   step. A step cannot be aggregated before every rank submitted it, so no step
+//!   overtakes its events, while the other readers run ahead in parallel;
+//! - readers run at most [`reader::WINDOW`] steps ahead, ids are forgotten after their
+//!   lifetime ([`intern`]): memory follows the requests in flight, not the log.
+//!
+//! Bad input (a missing header or rank file, an unknown rank file, a truncated or invalid
+//! line, a step out of order, rank files of different lengths) is an [`InputError`] with
+//! file and line; nothing is skipped.
+
+pub mod bench;
+pub mod format;
+pub mod intern;
+pub mod monitor;
+pub mod reader;
+pub mod render;
+
+use crate::error::InputError;
+use format::{EventKind, EventLine, Header, Lines, PolicyName, HEADER_FILE, SCHEDULER_FILE};
+use intern::{IdNum, Interner};
+use kvcc_aggregator::{Aggregator, ConcurrentAggregator, FrontError, Rank, Step};
+use monitor::{Finding, Monitor, Setup};
+use reader::{Message, RankStep, Record};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::time::Instant;
+
+/// How runs are checked.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Conform under this policy instead of the header's.
+    pub policy: Option<PolicyName>,
+    /// Steps a request is remembered after its lifetime ends (late reports within it are
+    /// classified as resends or reports beyond E; after it, as unannounced).
+    pub grace_steps: Step,
+    /// Findings kept per (property, clause); the rest are counted.
+    pub findings_per_clause_max: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            policy: None,
+            grace_steps: 1024,
+            findings_per_clause_max: 1000,
+        }
+    }
+}
+
+/// What checking one engine's run found.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    /// The run directory as given.
+    pub run: String,
+    pub header: Header,
+    pub policy: PolicyName,
+    /// `E` the aggregator was built with.
+    pub expected: u32,
+    pub steps: Step,
+    pub events: u64,
+    /// Bytes of rank files and scheduler log read.
+    pub bytes: u64,
+    pub requests_seen: u64,
+    /// The most requests tracked at once.
+    pub tracked_max: usize,
+    pub findings: Vec<Finding>,
+    pub omitted: BTreeMap<(&'static str, &'static str), u64>,
+    pub seconds: f64,
+}
+
+impl RunReport {
+    pub fn conforms(&self) -> bool {
+        self.findings.is_empty() && self.omitted.is_empty()
+    }
+
+    /// Violated properties, each once, in [`monitor::PROPERTIES`] order.
+    pub fn properties(&self) -> Vec<&'static str> {
+        monitor::PROPERTIES
+            .iter()
+            .copied()
+            .filter(|p| {
+                self.findings.iter().any(|f| f.property == *p)
+                    || self.omitted.keys().any(|(q, _)| q == p)
+            })
+            .collect()
+    }
+}
+
+/// The run directories named by `paths`: a directory with a `header.json` is a run; one
+/// without, whose subdirectories have one (`kvcc simulate`'s `run-0000/`), stands for
+/// those, in name order.
+pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
+    let mut runs = Vec::new();
+    for path in paths {
+        let dir = Path::new(path);
+        if !dir.is_dir() {
+            return Err(InputError::file(
+                path,
+                if dir.exists() {
+                    "not a directory: give a recorded run's directory"
+                } else {
+                    "no such directory"
+                },
+            ));
+        }
+        if dir.join(HEADER_FILE).exists() {
+            runs.push(path.clone());
+            continue;
+        }
+        let mut engines: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| InputError::file(path, format!("cannot list: {e}")))?
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join(HEADER_FILE).is_file())
+            .map(|e| dir.join(e.file_name()).display().to_string())
+            .collect();
+        if engines.is_empty() {
+            // Not a run and no runs inside: the header is what is missing.
+            Header::load(&dir.join(HEADER_FILE))?;
+        }
+        engines.sort();
+        runs.extend(engines);
+    }
+    Ok(runs)
+}
+
+fn internal(run: &str, e: FrontError) -> InputError {
+    InputError::file(
+        run,
+        format!("kvcc internal error in the aggregator front: {e}"),
+    )
+}
+
+/// The rank files of a run, checked against its header.
+fn rank_files(run: &str, header: &Header) -> Result<Vec<String>, InputError> {
+    let dir = Path::new(run);
+    let mut found = vec![false; header.world_size as usize];
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| InputError::file(run, format!("cannot list: {e}")))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| InputError::file(run, format!("cannot list: {e}")))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(number) = name
+            .strip_prefix("rank-")
+            .and_then(|n| n.strip_suffix(".jsonl"))
+        else {
+            continue;
+        };
+        let path = dir.join(&name).display().to_string();
+        let canonical = number
+            .parse::<u32>()
+            .ok()
+            .filter(|n| n.to_string() == number);
+        match canonical {
+            Some(rank) if rank < header.world_size => found[rank as usize] = true,
+            Some(rank) => {
+                return Err(InputError::file(
+                    &path,
+                    format!(
+                        "unknown rank file: rank {rank} is outside world_size {} ({})",
+                        header.world_size,
+                        dir.join(HEADER_FILE).display()
+                    ),
+                ))
+            }
+            None => {
+                return Err(InputError::file(
+                    &path,
+                    "unknown rank file: rank files are named rank-<N>.jsonl",
+                ))
+            }
+        }
+    }
+    let paths: Vec<String> = (0..header.world_size)
+        .map(|r| {
+            dir.join(format::rank_file_name(r as Rank))
+                .display()
+                .to_string()
+        })
+        .collect();
+    if let Some(rank) = found.iter().position(|f| !f) {
+        return Err(InputError::file(
+            &paths[rank],
+            format!(
+                "missing: world_size is {} ({}), so every rank from 0 to {} has a file",
+                header.world_size,
+                dir.join(HEADER_FILE).display(),
+                header.world_size - 1
+            ),
+        ));
+    }
+    Ok(paths)
+}
+
+fn open(path: &str) -> Result<BufReader<File>, InputError> {
+    let file = File::open(path).map_err(|e| {
+        let message = if e.kind() == std::io::ErrorKind::NotFound {
+            "missing: a recorded run has a scheduler log (it may be empty)".to_string()
+        } else {
+            format!("cannot read: {e}")
+        };
+        InputError::file(path, message)
+    })?;
+    Ok(BufReader::with_capacity(256 << 10, file))
+}
+
+/// Checks one engine's recorded run.
+pub fn check_run(run: &str, options: &Options) -> Result<RunReport, InputError> {
+    let started = Instant::now();
+    let dir = Path::new(run);
+    let header = Header::load(&dir.join(HEADER_FILE))?;
+    let files = rank_files(run, &header)?;
+    let scheduler_file = dir.join(SCHEDULER_FILE).display().to_string();
+    let scheduler = Lines::new(open(&scheduler_file)?, scheduler_file.clone());
+    let readers = files
+        .iter()
+        .map(|f| Ok(Lines::new(open(f)?, f.clone())))
+        .collect::<Result<Vec<_>, InputError>>()?;
+    let policy = options.policy.unwrap_or(header.aggregator_policy);
+    let core =
+        Aggregator::from_connector(policy.policy(), header.finished_count, header.world_size);
+    let expected = core.expected();
+    let front =
+        ConcurrentAggregator::new(core, header.world_size, header.output_rank).map_err(|e| {
+            InputError::file(&dir.join(HEADER_FILE).display().to_string(), e.to_string())
+        })?;
+    let interner = Interner::new();
+    let mut monitor = Monitor::new(Setup {
+        engine: header.engine,
+        policy: policy.policy(),
+        world_size: header.world_size,
+        transfer_ranks: header.transfer_ranks(),
+        rank_files: files.clone(),
+        scheduler_file,
+        grace_steps: options.grace_steps,
+        findings_per_clause_max: options.findings_per_clause_max,
+    });
+    let mut events = Events {
+        lines: scheduler,
+        pending: None,
+        floor: 0,
+        count: 0,
+    };
+    let (steps, rank_bytes) = std::thread::scope(|scope| {
+        let mut receivers = Vec::new();
+        for (rank, lines) in readers.into_iter().enumerate() {
+            let (to_consumer, from_reader) = sync_channel::<Message>(reader::WINDOW);
+            receivers.push(from_reader);
+            let front = (rank != HELD_RANK).then_some(&front);
+            let interner = &interner;
+            std::thread::Builder::new()
+                .name(format!("kvcc-rank-{rank}"))
+                .spawn_scoped(scope, move || {
+                    reader::read_rank(rank as Rank, lines, front, interner, to_consumer)
+                })
+                .map_err(|e| InputError::file(run, format!("cannot start a reader thread: {e}")))?;
+        }
+        let consumed = consume(
+            run,
+            &files,
+            &front,
+            &interner,
+            &mut monitor,
+            &mut events,
+            receivers,
+        );
+        if consumed.is_err() {
+            let _ = front.close();
+        }
+        consumed
+    })?;
+    events.finish(steps, &mut monitor, &front, &interner)?;
+    monitor
+        .finish(&front, steps)
+        .map_err(|e| internal(run, e))?;
+    let Monitor {
+        findings,
+        omitted,
+        tracked_max,
+        requests_seen,
+        ..
+    } = monitor;
+    Ok(RunReport {
+        run: run.to_string(),
+        header,
+        policy,
+        expected,
+        steps,
+        events: events.count,
+        bytes: rank_bytes + events.lines.bytes,
+        requests_seen,
+        tracked_max,
+        findings,
+        omitted,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The rank whose outputs the consumer submits (see the module docs).
+const HELD_RANK: usize = 0;
+
+/// The consumer: one engine step per iteration. Returns (steps, bytes of rank files).
+fn consume(
+    run: &str,
+    files: &[String],
+    front: &ConcurrentAggregator<IdNum>,
+    interner: &Interner,
+    monitor: &mut Monitor,
+    events: &mut Events<BufReader<File>>,
+    receivers: Vec<Receiver<Message>>,
+) -> Result<(Step, u64), InputError> {
+    let ranks = receivers.len();
+    let mut step: Step = 0;
+    loop {
+        let mut records: Vec<Option<RankStep>> = Vec::with_capacity(ranks);
+        let mut ended: Vec<(usize, u64)> = Vec::new();
+        let mut bytes = 0;
+        for (rank, from_reader) in receivers.iter().enumerate() {
+            match from_reader.recv() {
+                Ok(Ok(Record::Step(record))) => records.push(Some(record)),
+                Ok(Ok(Record::End { lines, bytes: b })) => {
+                    ended.push((rank, lines));
+                    bytes += b;
+                    records.push(None);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(InputError::file(
+                        &files[rank],
+                        "kvcc internal error: its reader stopped without a word",
+                    ))
+                }
+            }
+        }
+        if ended.len() == ranks {
+            return Ok((step, bytes));
+        }
+        if let Some(&(short, lines)) = ended.first() {
+            let (longer, record) = records
+                .iter()
+                .enumerate()
+                .find_map(|(r, rec)| rec.as_ref().map(|rec| (r, rec)))
+                .expect("some rank has a step");
+            return Err(InputError::file(
+                &files[short],
+                format!(
+                    "ends after {lines} lines, but {}:{} has step {step}: every rank file records every engine step",
+                    files[longer], record.line
+                ),
+            ));
+        }
+        events.apply(step, monitor, front, interner)?;
+        let outputs: Vec<(u64, Option<&kvcc_aggregator::WorkerOutput<IdNum>>)> = records
+            .iter()
+            .map(|r| {
+                let r = r.as_ref().expect("every rank has this step");
+                (r.line, r.output.as_ref())
+            })
+            .collect();
+        monitor
+            .before_step(front, interner, step, front.output_rank(), &outputs)
+            .map_err(|e| internal(run, e))?;
+        let held = records[HELD_RANK]
+            .take()
+            .expect("the held rank has this step");
+        let submitted = match held.output {
+            Some(output) => front.report(step, output),
+            None => front.report_missing(step, HELD_RANK as Rank),
+        };
+        submitted.map_err(|e| internal(run, e))?;
+        let (aggregated, outcome) = front
+            .recv()
+            .map_err(|e| internal(run, e))?
+            .ok_or_else(|| internal(run, FrontError::Closed))?;
+        if aggregated != step {
+            return Err(InputError::file(
+                run,
+                format!("kvcc internal error: expected step {step} from the aggregator, got {aggregated}"),
+            ));
+        }
+        monitor.after_step(step, &outcome);
+        monitor
+            .collect(front, interner, step)
+            .map_err(|e| internal(run, e))?;
+        step += 1;
+    }
+}
+
+/// The scheduler log, applied between steps.
+struct Events<R> {
+    lines: Lines<R>,
+    /// The next event, read but not yet due: (step, event, request id, line).
+    pending: Option<(Step, EventKind, String, u64)>,
+    /// The step of the latest event read: events never go back.
+    floor: Step,
+    count: u64,
+}
+
+impl<R: BufRead> Events<R> {
+    /// Reads the next event into `pending`, if there is one.
+    fn peek(&mut self) -> Result<Option<Step>, InputError> {
+        if self.pending.is_none() {
+            let Some(next) = self.lines.next_line()? else {
+                return Ok(None);
+            };
+            let (text, line, file) = (next.text, next.number, next.file);
+            let event: EventLine =
+                serde_json::from_slice(text).map_err(|e| format::json_error(file, line, &e))?;
+            let previous = self.floor;
+            if event.step < previous {
+                return Err(format::line_error(
+                    file,
+                    line,
+                    text,
+                    "\"step\"",
+                    format!(
+                        "event at step {} after an event at step {previous}: events are in step order",
+                        event.step
+                    ),
+                ));
+            }
+            self.count += 1;
+            self.floor = event.step;
+            self.pending = Some((event.step, event.event, event.request_id.into_owned(), line));
+        }
+        Ok(self.pending.as_ref().map(|p| p.0))
+    }
+
+    /// Applies every event due before step `step` is aggregated.
+    fn apply(
+        &mut self,
+        step: Step,
+        monitor: &mut Monitor,
+        front: &ConcurrentAggregator<IdNum>,
+        interner: &Interner,
+    ) -> Result<(), InputError> {
+        while let Some(due) = self.peek()? {
+            if due > step {
+                return Ok(());
+            }
+            let (_, event, name, line) = self.pending.take().expect("peeked");
+            let id = interner.intern(&name, step);
+            monitor
+                .on_event(front, interner, step, event, id, line)
+                .map_err(|e| internal(&self.lines.file, e))?;
+        }
+        Ok(())
+    }
+
+    /// Applies the events after the last step; an event beyond it is an error.
+    fn finish(
+        &mut self,
+        steps: Step,
+        monitor: &mut Monitor,
+        front: &ConcurrentAggregator<IdNum>,
+        interner: &Interner,
+    ) -> Result<(), InputError> {
+        self.apply(steps, monitor, front, interner)?;
+        if let Some((step, _, _, line)) = &self.pending {
+            let last = if steps == 0 {
+                "the run has no engine steps, so every event has step 0".to_string()
+            } else {
+                format!(
+                    "the run ends after step {} (an event after it has step {steps})",
+                    steps - 1
+                )
+            };
+            return Err(InputError {
+                file: Some(self.lines.file.clone()),
+                at: Some((*line as usize, 1)),
+                field: None,
+                message: format!("event at step {step}, but {last}"),
+            });
+        }
+        Ok(())
+    }
+}

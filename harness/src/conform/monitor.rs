@@ -1,0 +1,1002 @@
+//! Contract monitors over one engine's recorded run (contracts.md §10), the observable
+//! counterparts of the model's clauses (`kvcc_model::properties`):
+//!
+//! - `exactly-once`: an id emitted twice in one direction, or emitted to a scheduler that
+//!   no longer holds it; a rank reporting an id a second time (under `strict` the
+//!   aggregator refuses it, under `countdown` it counts it);
+//! - `quorum-sound`: an id emitted before every rank owning part of its transfer reported
+//!   it (the header's `transfer_ranks` for sends, every rank for loads);
+//! - `count-conserved`: a countdown given more reports than it has room for (a stray
+//!   report reopening an emitted id), or refused by `strict` as one reporter beyond E;
+//! - `report-provenance`: a send reported for a request whose free was never delayed, or
+//!   refused by `strict` as unannounced;
+//! - at the end, `eventually-freed`, `eventually-woken` and `aggregator-drains`: what is
+//!   still pending, and which ranks never reported it.
+//!
+//! The counting itself is the real aggregator's: the monitors read its outcomes and, for
+//! the room a countdown has left, its state between steps. They track who reported what
+//! and where, which the aggregator (having no identity under `countdown`) cannot say.
+//!
+//! Memory follows the requests in flight: a request's record is dropped `grace` steps
+//! after its lifetime ends (freed, woken, failed) once the aggregator holds nothing for
+//! it, and only then is it retired from a `strict` aggregator, so a late report within
+//! the grace is still classified as the model classifies it (a resend, or one beyond E).
+
+use super::format::{Engine, EventKind};
+use super::intern::{FnvBuild, IdNum, Interner};
+use kvcc_aggregator::{
+    Aggregator, ConcurrentAggregator, Direction, FrontError, Policy, Rank, Step, StepOutcome,
+    ViolationKind, WorkerOutput,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// One contract breach, with its evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// As the model and specs name it (`eventually-freed`).
+    pub property: &'static str,
+    /// Which part of it (`delay-freed-request-never-freed`).
+    pub clause: &'static str,
+    /// The request id, as vLLM wrote it.
+    pub request: String,
+    pub direction: Option<Direction>,
+    /// The engine step of the evidence; None for what is pending at the end.
+    pub step: Option<Step>,
+    /// The ranks at fault: the one that reported, or those that never did.
+    pub ranks: Vec<Rank>,
+    /// `FILE:LINE` of the evidence, the decisive line first.
+    pub at: Vec<String>,
+    pub message: String,
+}
+
+/// The properties conform monitors, in the model's order.
+pub const PROPERTIES: [&str; 7] = [
+    "quorum-sound",
+    "exactly-once",
+    "report-provenance",
+    "count-conserved",
+    "eventually-freed",
+    "eventually-woken",
+    "aggregator-drains",
+];
+
+/// Where the scheduler has a request, from its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// No event yet: known only from reports.
+    Unknown,
+    /// `WAITING_FOR_REMOTE_KVS`.
+    Waiting,
+    /// Woken (or running without a load).
+    Running,
+    /// Its free delayed until `finished_sending`.
+    DelayFreed,
+    /// Woken with a failed load.
+    Failed,
+    Freed,
+}
+
+impl Phase {
+    fn text(self) -> &'static str {
+        match self {
+            Phase::Unknown => "never announced by the scheduler",
+            Phase::Waiting => "waiting for remote KV",
+            Phase::Running => "running",
+            Phase::DelayFreed => "delay-freed",
+            Phase::Failed => "failed its load",
+            Phase::Freed => "freed",
+        }
+    }
+}
+
+/// A line of a file of the run: a rank file, or the scheduler log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    /// A rank, or [`SCHEDULER`].
+    file: u32,
+    line: u64,
+}
+
+const SCHEDULER: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+struct Report {
+    rank: Rank,
+    step: Step,
+    line: u64,
+}
+
+/// One direction of one request.
+#[derive(Clone, Debug, Default)]
+struct Flow {
+    /// Announced to a `strict` aggregator and not yet retired.
+    announced: bool,
+    /// Reports of steps that were aggregated, in order.
+    reports: Vec<Report>,
+    /// Reports of steps dropped because the output rank's output was missing.
+    dropped: Vec<Report>,
+    emitted: Option<Step>,
+}
+
+impl Flow {
+    fn reporters(&self) -> BTreeSet<Rank> {
+        self.reports.iter().map(|r| r.rank).collect()
+    }
+}
+
+struct Tracked {
+    name: Arc<str>,
+    /// First-seen order, so end-of-run findings come out in a fixed order.
+    seq: u64,
+    phase: Phase,
+    aborted: bool,
+    /// A `delay-freed` event was seen: sends may be reported.
+    delayed: bool,
+    /// The event that put it in its phase.
+    since: Option<(Step, Loc)>,
+    flows: [Flow; 2],
+}
+
+fn index(direction: Direction) -> usize {
+    match direction {
+        Direction::Sending => 0,
+        Direction::Recving => 1,
+    }
+}
+
+const DIRECTIONS: [Direction; 2] = [Direction::Sending, Direction::Recving];
+
+/// One report of the step being handled.
+#[derive(Clone, Copy, Debug)]
+struct StepReport {
+    direction: Direction,
+    id: IdNum,
+    rank: Rank,
+    line: u64,
+    /// Already flagged `send-without-delayed-free` (so `unannounced-report` is not
+    /// repeated for it).
+    unprovenanced: bool,
+}
+
+/// What the monitors are told about the run.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub engine: Engine,
+    pub policy: Policy,
+    pub world_size: u32,
+    pub transfer_ranks: Vec<Rank>,
+    /// Display paths: one per rank, then the scheduler log.
+    pub rank_files: Vec<String>,
+    pub scheduler_file: String,
+    pub grace_steps: Step,
+    /// Findings kept per (property, clause); the rest are counted.
+    pub findings_per_clause_max: usize,
+}
+
+/// The monitors of one engine's run.
+pub struct Monitor {
+    setup: Setup,
+    tracked: HashMap<IdNum, Tracked, FnvBuild>,
+    next_seq: u64,
+    /// Steps at which to try forgetting these ids.
+    due: BTreeMap<Step, Vec<IdNum>>,
+    current: Vec<StepReport>,
+    current_dropped: bool,
+    pub findings: Vec<Finding>,
+    /// Findings beyond the cap, per (property, clause).
+    pub omitted: BTreeMap<(&'static str, &'static str), u64>,
+    kept: HashMap<(&'static str, &'static str), usize>,
+    /// The most requests tracked at once.
+    pub tracked_max: usize,
+    /// Every distinct request record created.
+    pub requests_seen: u64,
+}
+
+type Front = ConcurrentAggregator<IdNum>;
+
+impl Monitor {
+    pub fn new(setup: Setup) -> Monitor {
+        Monitor {
+            setup,
+            tracked: HashMap::default(),
+            next_seq: 0,
+            due: BTreeMap::new(),
+            current: Vec::new(),
+            current_dropped: false,
+            findings: Vec::new(),
+            omitted: BTreeMap::new(),
+            kept: HashMap::new(),
+            tracked_max: 0,
+            requests_seen: 0,
+        }
+    }
+
+    fn at(&self, loc: Loc) -> String {
+        let file = if loc.file == SCHEDULER {
+            &self.setup.scheduler_file
+        } else {
+            &self.setup.rank_files[loc.file as usize]
+        };
+        format!("{file}:{}", loc.line)
+    }
+
+    fn report_at(&self, report: &Report) -> String {
+        self.at(Loc {
+            file: u32::from(report.rank),
+            line: report.line,
+        })
+    }
+
+    fn record(&mut self, finding: Finding) {
+        let key = (finding.property, finding.clause);
+        let kept = self.kept.entry(key).or_insert(0);
+        if *kept < self.setup.findings_per_clause_max {
+            *kept += 1;
+            self.findings.push(finding);
+        } else {
+            *self.omitted.entry(key).or_insert(0) += 1;
+        }
+    }
+
+    /// The record of `id`, created on first mention at `step`.
+    fn track(&mut self, id: IdNum, step: Step, interner: &Interner) -> &mut Tracked {
+        if !self.tracked.contains_key(&id) {
+            let name = interner.name(id).unwrap_or_else(|| Arc::from("?"));
+            self.tracked.insert(
+                id,
+                Tracked {
+                    name,
+                    seq: self.next_seq,
+                    phase: Phase::Unknown,
+                    aborted: false,
+                    delayed: false,
+                    since: None,
+                    flows: Default::default(),
+                },
+            );
+            self.next_seq += 1;
+            self.requests_seen += 1;
+            self.tracked_max = self.tracked_max.max(self.tracked.len());
+            // Known only from reports, it is forgotten after the grace unless the
+            // scheduler takes it up meanwhile.
+            self.due
+                .entry(step + self.setup.grace_steps)
+                .or_default()
+                .push(id);
+        }
+        self.tracked.get_mut(&id).expect("just inserted")
+    }
+
+    /// A scheduler event, before step `step` is aggregated.
+    pub fn on_event(
+        &mut self,
+        front: &Front,
+        interner: &Interner,
+        step: Step,
+        event: EventKind,
+        id: IdNum,
+        line: u64,
+    ) -> Result<(), FrontError> {
+        let engine = self.setup.engine;
+        let grace = self.setup.grace_steps;
+        let strict = self.setup.policy == Policy::Strict;
+        let t = self.track(id, step, interner);
+        let loc = Loc {
+            file: SCHEDULER,
+            line,
+        };
+        let mut announce = None;
+        let mut retire = None;
+        let mut terminal = false;
+        match event {
+            EventKind::DelayFreed => {
+                t.phase = Phase::DelayFreed;
+                t.delayed = true;
+                t.since = Some((step, loc));
+                announce = Some(Direction::Sending);
+            }
+            EventKind::WaitingForRemoteKvs => {
+                t.phase = Phase::Waiting;
+                t.since = Some((step, loc));
+                announce = Some(Direction::Recving);
+            }
+            EventKind::Woken => {
+                t.phase = Phase::Running;
+                t.since = Some((step, loc));
+                terminal = engine == Engine::Decode;
+            }
+            EventKind::LoadFailed => {
+                t.phase = Phase::Failed;
+                t.since = Some((step, loc));
+                terminal = engine == Engine::Decode;
+            }
+            EventKind::Aborted => t.aborted = true,
+            EventKind::Freed => {
+                // Freed without its completion: the scheduler overrode the connector (an
+                // abort), and the id is retired at once, as the model's scheduler does.
+                if t.phase == Phase::DelayFreed && t.flows[0].emitted.is_none() {
+                    retire = Some(Direction::Sending);
+                }
+                if t.phase == Phase::Waiting && t.flows[1].emitted.is_none() {
+                    retire = Some(Direction::Recving);
+                }
+                t.phase = Phase::Freed;
+                t.since = Some((step, loc));
+                terminal = true;
+            }
+        }
+        if let Some(direction) = announce {
+            let flow = &mut t.flows[index(direction)];
+            if strict && !flow.announced {
+                flow.announced = true;
+                front.announce(direction, id)?;
+            }
+        }
+        if let Some(direction) = retire {
+            let flow = &mut t.flows[index(direction)];
+            if flow.announced {
+                flow.announced = false;
+                front.retire(direction, &id)?;
+            }
+        }
+        if terminal {
+            self.due.entry(step + grace).or_default().push(id);
+        }
+        Ok(())
+    }
+
+    /// Before step `step` is aggregated, with the aggregator as it is after the previous
+    /// step. `outputs[rank]` is (line, output or None when missing).
+    pub fn before_step(
+        &mut self,
+        front: &Front,
+        interner: &Interner,
+        step: Step,
+        output_rank: Rank,
+        outputs: &[(u64, Option<&WorkerOutput<IdNum>>)],
+    ) -> Result<(), FrontError> {
+        self.current.clear();
+        self.current_dropped = outputs
+            .get(usize::from(output_rank))
+            .is_none_or(|(_, o)| o.is_none());
+        for (rank, (line, output)) in outputs.iter().enumerate() {
+            let Some(output) = output else { continue };
+            for direction in DIRECTIONS {
+                for &id in output.finished(direction) {
+                    self.current.push(StepReport {
+                        direction,
+                        id,
+                        rank: rank as Rank,
+                        line: *line,
+                        unprovenanced: false,
+                    });
+                }
+            }
+        }
+        for i in 0..self.current.len() {
+            let report = self.current[i];
+            let t = self.track(report.id, step, interner);
+            // The model flags this for every worker's output, dropped or not: the worker
+            // broke the contract whether or not its report was counted.
+            if report.direction == Direction::Sending && !t.delayed {
+                let name = t.name.to_string();
+                let phase = t.phase;
+                self.current[i].unprovenanced = true;
+                let at = self.at(Loc {
+                    file: u32::from(report.rank),
+                    line: report.line,
+                });
+                self.record(Finding {
+                    property: "report-provenance",
+                    clause: "send-without-delayed-free",
+                    request: name.clone(),
+                    direction: Some(Direction::Sending),
+                    step: Some(step),
+                    ranks: vec![report.rank],
+                    at: vec![at],
+                    message: format!(
+                        "rank {} reported finished_sending for {name} at step {step}, but the scheduler never delayed its free (it is {})",
+                        report.rank,
+                        phase.text()
+                    ),
+                });
+            }
+        }
+        if self.current_dropped || self.setup.policy != Policy::Countdown {
+            return Ok(());
+        }
+        self.countdown_duplicates(step);
+        self.countdown_overflows(front, step, outputs)
+    }
+
+    /// `countdown` counts a rank's second report like any other; say so.
+    fn countdown_duplicates(&mut self, step: Step) {
+        for i in 0..self.current.len() {
+            let report = self.current[i];
+            let t = &self.tracked[&report.id];
+            let flow = &t.flows[index(report.direction)];
+            let Some(first) = flow.reports.iter().find(|r| r.rank == report.rank).copied() else {
+                continue;
+            };
+            let name = t.name.to_string();
+            let at = vec![
+                self.at(Loc {
+                    file: u32::from(report.rank),
+                    line: report.line,
+                }),
+                self.report_at(&first),
+            ];
+            self.record(Finding {
+                property: "exactly-once",
+                clause: "duplicate-report",
+                request: name.clone(),
+                direction: Some(report.direction),
+                step: Some(step),
+                ranks: vec![report.rank],
+                at,
+                message: format!(
+                    "rank {} reported {name} in {} a second time at step {step} (first at step {}); the countdown counted it again",
+                    report.rank, report.direction, first.step
+                ),
+            });
+        }
+    }
+
+    /// More reports this step than a countdown has room for: one of them opens a fresh
+    /// countdown for an id already emitted (the model's `countdown-reopened`).
+    fn countdown_overflows(
+        &mut self,
+        front: &Front,
+        step: Step,
+        outputs: &[(u64, Option<&WorkerOutput<IdNum>>)],
+    ) -> Result<(), FrontError> {
+        // The output rank's announcement is counted first, so it applies to the step.
+        let announced = outputs
+            .iter()
+            .filter_map(|(_, o)| o.map(|o| o.expected_finished_count))
+            .find(|&count| count > 0);
+        let mut per_id: BTreeMap<(usize, IdNum), Vec<usize>> = BTreeMap::new();
+        for (i, r) in self.current.iter().enumerate() {
+            per_id
+                .entry((index(r.direction), r.id))
+                .or_default()
+                .push(i);
+        }
+        let keys: Vec<(usize, IdNum)> = per_id.keys().copied().collect();
+        let (expected, remaining) = front.with_core(|core: &Aggregator<IdNum>| {
+            let remaining: Vec<Option<u32>> = keys
+                .iter()
+                .map(|&(d, id)| core.remaining(DIRECTIONS[d], &id))
+                .collect();
+            (announced.unwrap_or(core.expected()), remaining)
+        })?;
+        for (((d, id), reports), remaining) in per_id.into_iter().zip(remaining) {
+            let t = &self.tracked[&id];
+            let room = match remaining {
+                Some(remaining) => remaining,
+                None if t.flows[d].emitted.is_some() => 0,
+                None => expected,
+            };
+            if reports.len() as u32 <= room {
+                continue;
+            }
+            let beyond: Vec<StepReport> = reports[room as usize..]
+                .iter()
+                .map(|&i| self.current[i])
+                .collect();
+            let name = t.name.to_string();
+            let emitted = t.flows[d].emitted;
+            let at = beyond
+                .iter()
+                .map(|r| {
+                    self.at(Loc {
+                        file: u32::from(r.rank),
+                        line: r.line,
+                    })
+                })
+                .collect();
+            let why = match emitted {
+                Some(at) if remaining.is_none() => {
+                    format!("it was already emitted at step {at}, so")
+                }
+                _ => format!("its countdown had room for {room}, so"),
+            };
+            self.record(Finding {
+                property: "count-conserved",
+                clause: "countdown-reopened",
+                request: name.clone(),
+                direction: Some(DIRECTIONS[d]),
+                step: Some(step),
+                ranks: beyond.iter().map(|r| r.rank).collect(),
+                at,
+                message: format!(
+                    "{} reports of {name} in {} at step {step}: {why} rank {} opened a fresh countdown",
+                    reports.len(),
+                    DIRECTIONS[d],
+                    beyond[0].rank
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// After step `step` was aggregated into `outcome`.
+    pub fn after_step(&mut self, step: Step, outcome: &StepOutcome<IdNum>) {
+        let reports = std::mem::take(&mut self.current);
+        if outcome.dropped {
+            for r in &reports {
+                let t = self
+                    .tracked
+                    .get_mut(&r.id)
+                    .expect("tracked before the step");
+                t.flows[index(r.direction)].dropped.push(Report {
+                    rank: r.rank,
+                    step,
+                    line: r.line,
+                });
+            }
+            return;
+        }
+        for violation in &outcome.violations {
+            self.strict_violation(
+                step,
+                &reports,
+                violation.kind,
+                violation.direction,
+                violation.id,
+                violation.rank,
+            );
+        }
+        for r in &reports {
+            let t = self
+                .tracked
+                .get_mut(&r.id)
+                .expect("tracked before the step");
+            t.flows[index(r.direction)].reports.push(Report {
+                rank: r.rank,
+                step,
+                line: r.line,
+            });
+        }
+        for direction in DIRECTIONS {
+            for &id in outcome.finished(direction) {
+                self.emission(step, &reports, direction, id);
+            }
+        }
+    }
+
+    fn strict_violation(
+        &mut self,
+        step: Step,
+        reports: &[StepReport],
+        kind: ViolationKind,
+        direction: Direction,
+        id: IdNum,
+        rank: Rank,
+    ) {
+        let Some(report) = reports
+            .iter()
+            .find(|r| r.id == id && r.rank == rank && r.direction == direction)
+            .copied()
+        else {
+            return;
+        };
+        let t = &self.tracked[&id];
+        let flow = &t.flows[index(direction)];
+        let name = t.name.to_string();
+        let earlier = flow.reports.iter().find(|r| r.rank == rank).copied();
+        let mut at = vec![self.at(Loc {
+            file: u32::from(rank),
+            line: report.line,
+        })];
+        if let Some(first) = &earlier {
+            at.push(self.report_at(first));
+        }
+        let first = earlier.map_or(String::new(), |r| format!(" (first at step {})", r.step));
+        let (property, clause, message) = match kind {
+            // A rank reporting one id twice breaks "exactly once" for that worker; the
+            // model files the refusal under count-conserved, where it cannot happen.
+            ViolationKind::DuplicateReport => (
+                "exactly-once",
+                "duplicate-report",
+                format!("rank {rank} reported {name} in {direction} a second time at step {step}{first}; the strict aggregator refused it"),
+            ),
+            ViolationKind::ReportAfterEmission => (
+                "exactly-once",
+                "report-after-emission",
+                format!(
+                    "rank {rank} reported {name} in {direction} again at step {step}{first}, after it was emitted at step {}; the strict aggregator refused it",
+                    flow.emitted.map_or("?".into(), |s| s.to_string())
+                ),
+            ),
+            ViolationKind::ReportBeyondExpected => (
+                "count-conserved",
+                "report-beyond-expected",
+                format!(
+                    "rank {rank} reported {name} in {direction} at step {step}, after its quorum of E was complete (emitted at step {}): one reporter more than E",
+                    flow.emitted.map_or("?".into(), |s| s.to_string())
+                ),
+            ),
+            ViolationKind::Unannounced => {
+                if report.unprovenanced {
+                    return;
+                }
+                (
+                    "report-provenance",
+                    "unannounced-report",
+                    format!(
+                        "rank {rank} reported {name} in {direction} at step {step}, which the scheduler never announced or has forgotten (it is {})",
+                        t.phase.text()
+                    ),
+                )
+            }
+        };
+        self.record(Finding {
+            property,
+            clause,
+            request: name,
+            direction: Some(direction),
+            step: Some(step),
+            ranks: vec![rank],
+            at,
+            message,
+        });
+    }
+
+    fn emission(&mut self, step: Step, reports: &[StepReport], direction: Direction, id: IdNum) {
+        let engine = self.setup.engine;
+        let world = self.setup.world_size;
+        let required: Vec<Rank> = match direction {
+            Direction::Sending => self.setup.transfer_ranks.clone(),
+            Direction::Recving => (0..world).map(|r| r as Rank).collect(),
+        };
+        let grace = self.setup.grace_steps;
+        let this_step: Vec<&StepReport> = reports
+            .iter()
+            .filter(|r| r.id == id && r.direction == direction)
+            .collect();
+        let at: Vec<String> = this_step
+            .iter()
+            .rev()
+            .map(|r| {
+                self.at(Loc {
+                    file: u32::from(r.rank),
+                    line: r.line,
+                })
+            })
+            .collect();
+        let completing: Vec<Rank> = this_step.iter().map(|r| r.rank).collect();
+        let Some(t) = self.tracked.get_mut(&id) else {
+            return;
+        };
+        let name = t.name.to_string();
+        let phase = t.phase;
+        let since = t.since;
+        let flow = &mut t.flows[index(direction)];
+        let previous = flow.emitted.replace(step);
+        let reporters = flow.reporters();
+        let unknown = match direction {
+            Direction::Sending => phase != Phase::DelayFreed,
+            Direction::Recving => phase != Phase::Waiting,
+        };
+        if phase == Phase::Unknown {
+            self.due.entry(step + grace).or_default().push(id);
+        }
+        let scheduler = match engine {
+            Engine::Prefill => "P's scheduler",
+            Engine::Decode => "D's scheduler",
+        };
+        if let Some(first) = previous {
+            self.record(Finding {
+                property: "exactly-once",
+                clause: "emitted-twice",
+                request: name.clone(),
+                direction: Some(direction),
+                step: Some(step),
+                ranks: completing.clone(),
+                at: at.clone(),
+                message: format!(
+                    "the aggregator emitted {name} in {direction} at step {step} a second time (first at step {first})"
+                ),
+            });
+        } else if unknown {
+            let mut at = at.clone();
+            let since_text = match since {
+                Some((s, loc)) => {
+                    at.push(self.at(loc));
+                    format!(" since before step {s}")
+                }
+                None => String::new(),
+            };
+            self.record(Finding {
+                property: "exactly-once",
+                clause: "emitted-for-unknown-request",
+                request: name.clone(),
+                direction: Some(direction),
+                step: Some(step),
+                ranks: completing.clone(),
+                at,
+                message: format!(
+                    "the aggregator emitted {name} in {direction} at step {step}, but {scheduler} does not hold it for that: it is {}{since_text} (vLLM asserts: engine crash)",
+                    phase.text()
+                ),
+            });
+        }
+        let missing: Vec<Rank> = required
+            .iter()
+            .copied()
+            .filter(|r| !reporters.contains(r))
+            .collect();
+        if !missing.is_empty() {
+            let clause = match (engine, direction) {
+                (_, Direction::Sending) => "send-emitted-before-transfer-ranks-done",
+                (Engine::Prefill, Direction::Recving) => "load-emitted-before-workers-done",
+                (Engine::Decode, Direction::Recving) => "recv-emitted-before-decoders-done",
+            };
+            let owners = match direction {
+                Direction::Sending => "transfer ",
+                Direction::Recving => "",
+            };
+            self.record(Finding {
+                property: "quorum-sound",
+                clause,
+                request: name.clone(),
+                direction: Some(direction),
+                step: Some(step),
+                ranks: missing.clone(),
+                at,
+                message: format!(
+                    "the aggregator emitted {name} in {direction} at step {step} before {owners}{} reported it (reported by {})",
+                    ranks_phrase(&missing),
+                    ranks_phrase(&reporters.into_iter().collect::<Vec<_>>())
+                ),
+            });
+        }
+    }
+
+    /// Forgets requests whose lifetime ended `grace` steps ago and that the aggregator
+    /// holds nothing for. Called after step `handled` was handled.
+    pub fn collect(
+        &mut self,
+        front: &Front,
+        interner: &Interner,
+        handled: Step,
+    ) -> Result<(), FrontError> {
+        let later = self.due.split_off(&(handled + 1));
+        let due = std::mem::replace(&mut self.due, later);
+        let grace = self.setup.grace_steps.max(1);
+        for id in due.into_values().flatten() {
+            let Some(t) = self.tracked.get_mut(&id) else {
+                continue;
+            };
+            if !lifetime_over(self.setup.engine, t.phase) {
+                // Alive again (or still): rescheduled when its lifetime ends.
+                continue;
+            }
+            for direction in DIRECTIONS {
+                let flow = &mut t.flows[index(direction)];
+                if flow.announced {
+                    flow.announced = false;
+                    front.retire(direction, &id)?;
+                }
+            }
+            let holds = front.with_core(|core| {
+                DIRECTIONS.iter().any(|&d| core.remaining(d, &id).is_some())
+                    || core.pending_failed().contains(&id)
+            })?;
+            if holds || !interner.forget(id, handled) {
+                self.due.entry(handled + grace).or_default().push(id);
+                continue;
+            }
+            self.tracked.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// What is still pending once the run is over.
+    pub fn finish(&mut self, front: &Front, steps: Step) -> Result<(), FrontError> {
+        let world = self.setup.world_size;
+        let all: Vec<Rank> = (0..world).map(|r| r as Rank).collect();
+        let mut order: Vec<(u64, IdNum)> =
+            self.tracked.iter().map(|(&id, t)| (t.seq, id)).collect();
+        order.sort_unstable();
+        let (open, failed): (Vec<HashSet<(usize, IdNum)>>, BTreeSet<IdNum>) =
+            front.with_core(|core| {
+                let open = DIRECTIONS
+                    .iter()
+                    .map(|&d| core.open_ids(d).map(|&id| (index(d), id)).collect())
+                    .collect();
+                (open, core.pending_failed().clone())
+            })?;
+        let end = if steps == 0 {
+            "still pending in a run without engine steps".to_string()
+        } else {
+            format!("still pending at end (after step {})", steps - 1)
+        };
+        let mut findings = Vec::new();
+        for &(_, id) in &order {
+            let t = &self.tracked[&id];
+            let name = &t.name;
+            let since = t
+                .since
+                .map_or(String::new(), |(s, _)| format!(" since before step {s}"));
+            let liveness = match (t.phase, self.setup.engine, t.aborted) {
+                (Phase::DelayFreed, _, _) => Some((
+                    "eventually-freed",
+                    "delay-freed-request-never-freed",
+                    Direction::Sending,
+                    format!("{name} has been delay-freed{since} and was never freed"),
+                )),
+                (Phase::Waiting, Engine::Prefill, _) => Some((
+                    "eventually-woken",
+                    "prefill-load-never-completes",
+                    Direction::Recving,
+                    format!("{name} has waited for its own KV load{since}"),
+                )),
+                (Phase::Waiting, Engine::Decode, false) => Some((
+                    "eventually-woken",
+                    "loader-never-woken",
+                    Direction::Recving,
+                    format!("{name} has waited for remote KV{since} and was never woken"),
+                )),
+                (Phase::Waiting, Engine::Decode, true) => Some((
+                    "eventually-woken",
+                    "aborted-loader-never-freed",
+                    Direction::Recving,
+                    format!(
+                        "{name} was aborted while waiting for remote KV{since} and was never freed"
+                    ),
+                )),
+                _ => None,
+            };
+            if let Some((property, clause, direction, what)) = liveness {
+                findings.push(self.pending(t, &all, property, clause, direction, &end, &what));
+            }
+            for direction in DIRECTIONS {
+                if open[index(direction)].contains(&(index(direction), id)) {
+                    let what =
+                        format!("the aggregator's {direction} countdown for {name} never closed");
+                    findings.push(self.pending(
+                        t,
+                        &all,
+                        "aggregator-drains",
+                        "countdown-left-open",
+                        direction,
+                        &end,
+                        &what,
+                    ));
+                }
+            }
+            if failed.contains(&id) {
+                let what = format!(
+                    "the aggregator still holds {name}'s failed load: its receive quorum never completed"
+                );
+                findings.push(self.pending(
+                    t,
+                    &all,
+                    "aggregator-drains",
+                    "failure-left-pending",
+                    Direction::Recving,
+                    &end,
+                    &what,
+                ));
+            }
+        }
+        for finding in findings {
+            self.record(finding);
+        }
+        Ok(())
+    }
+
+    /// A "still pending at end" finding: the request, and the ranks that never reported.
+    #[allow(clippy::too_many_arguments)]
+    fn pending(
+        &self,
+        t: &Tracked,
+        all: &[Rank],
+        property: &'static str,
+        clause: &'static str,
+        direction: Direction,
+        end: &str,
+        what: &str,
+    ) -> Finding {
+        let flow = &t.flows[index(direction)];
+        let reporters = flow.reporters();
+        let never: Vec<Rank> = all
+            .iter()
+            .copied()
+            .filter(|r| !reporters.contains(r))
+            .collect();
+        let mut at = Vec::new();
+        if let Some((_, loc)) = t.since {
+            at.push(self.at(loc));
+        }
+        at.extend(flow.reports.iter().map(|r| self.report_at(r)));
+        let mut message = format!(
+            "{end}: {what}; ranks that never reported it in {direction}: {}",
+            ranks_text(&never)
+        );
+        if !reporters.is_empty() {
+            message += &format!(
+                "; reported by {}",
+                ranks_phrase(&reporters.iter().copied().collect::<Vec<_>>())
+            );
+        }
+        if !flow.dropped.is_empty() {
+            at.extend(flow.dropped.iter().map(|r| self.report_at(r)));
+            let dropped: Vec<String> = flow
+                .dropped
+                .iter()
+                .map(|r| format!("rank {} at step {}", r.rank, r.step))
+                .collect();
+            message += &format!(
+                "; dropped with their step (output rank's output missing): {}",
+                dropped.join(", ")
+            );
+        }
+        Finding {
+            property,
+            clause,
+            request: t.name.to_string(),
+            direction: Some(direction),
+            step: None,
+            ranks: never,
+            at,
+            message,
+        }
+    }
+
+    /// Requests tracked now.
+    pub fn tracked(&self) -> usize {
+        self.tracked.len()
+    }
+}
+
+/// Has the scheduler let go of a request in `phase` (or never held it)? D lets go of a
+/// request once it is woken; P holds a request it woke (its own load) until it frees it.
+fn lifetime_over(engine: Engine, phase: Phase) -> bool {
+    match phase {
+        Phase::Unknown | Phase::Freed => true,
+        Phase::Running | Phase::Failed => engine == Engine::Decode,
+        Phase::Waiting | Phase::DelayFreed => false,
+    }
+}
+
+/// `1, 2 and 3`, or `none`.
+pub fn ranks_text(ranks: &[Rank]) -> String {
+    match ranks {
+        [] => "none".into(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!(
+            "{} and {last}",
+            init.iter()
+                .map(Rank::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `rank 3`, `ranks 1, 2 and 3`, or `no rank`.
+pub fn ranks_phrase(ranks: &[Rank]) -> String {
+    match ranks {
+        [] => "no rank".into(),
+        [one] => format!("rank {one}"),
+        _ => format!("ranks {}", ranks_text(ranks)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_lists_read_as_prose() {
+        assert_eq!(ranks_text(&[]), "none");
+        assert_eq!(ranks_text(&[3]), "3");
+        assert_eq!(ranks_text(&[1, 2, 3]), "1, 2 and 3");
+        assert_eq!(ranks_phrase(&[1, 2]), "ranks 1 and 2");
+        assert_eq!(ranks_phrase(&[0]), "rank 0");
+    }
+}

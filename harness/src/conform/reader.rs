@@ -1,0 +1,268 @@
+//! One reader thread per rank file: parse a line, intern its ids, hand the consumer a
+//! copy of what the rank reported (the monitors' evidence, with its line) and submit the
+//! output to the concurrent aggregator — the same front the loom and shuttle suites
+//! check, fed by as many threads as the engine has ranks.
+//!
+//! The evidence channel is bounded, so a reader runs at most [`WINDOW`] steps ahead of the
+//! consumer, and the front buffers at most that many steps: memory follows the window,
+//! not the file. The held rank (see [`super::run`]) does not submit its own output: it
+//! sends it to the consumer, which submits it once the scheduler events before that step
+//! have been applied.
+
+use super::format::{json_error, line_error, IdText, Lines, RankLine};
+use super::intern::{IdNum, Interner};
+use crate::error::InputError;
+use kvcc_aggregator::{ConcurrentAggregator, FrontError, Rank, Step, WorkerOutput};
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::sync::mpsc::SyncSender;
+
+/// How many steps a reader may run ahead of the consumer.
+pub const WINDOW: usize = 64;
+
+/// One line of a rank file, parsed.
+#[derive(Debug)]
+pub struct RankStep {
+    pub step: Step,
+    /// Its 1-based line in the rank file.
+    pub line: u64,
+    /// None: the rank produced no output this step.
+    pub output: Option<WorkerOutput<IdNum>>,
+}
+
+/// What a reader sends the consumer, in step order.
+#[derive(Debug)]
+pub enum Record {
+    Step(RankStep),
+    /// The file ended after `lines` lines.
+    End {
+        lines: u64,
+        bytes: u64,
+    },
+}
+
+pub type Message = Result<Record, InputError>;
+
+/// Reads one rank file to its end, or to its first bad line. `front` is None for the
+/// held rank, whose outputs the consumer submits.
+pub fn read_rank<R: BufRead>(
+    rank: Rank,
+    mut lines: Lines<R>,
+    front: Option<&ConcurrentAggregator<IdNum>>,
+    interner: &Interner,
+    to_consumer: SyncSender<Message>,
+) {
+    let mut step: Step = 0;
+    loop {
+        let parsed = match lines.next_line() {
+            Ok(None) => {
+                let end = Record::End {
+                    lines: lines.line,
+                    bytes: lines.bytes,
+                };
+                let _ = to_consumer.send(Ok(end));
+                return;
+            }
+            Ok(Some(line)) => parse(rank, line.text, line.file, line.number, step, interner),
+            Err(e) => Err(e),
+        };
+        let record = match parsed {
+            Ok(record) => record,
+            Err(e) => {
+                let _ = to_consumer.send(Err(e));
+                return;
+            }
+        };
+        let line = record.line;
+        let Some(front) = front else {
+            if to_consumer.send(Ok(Record::Step(record))).is_err() {
+                return;
+            }
+            step += 1;
+            continue;
+        };
+        let evidence = RankStep {
+            step,
+            line,
+            output: record.output.as_ref().map(evidence_of),
+        };
+        // The consumer is gone (it stopped at an error elsewhere): stop quietly.
+        if to_consumer.send(Ok(Record::Step(evidence))).is_err() {
+            return;
+        }
+        let submitted = match record.output {
+            Some(output) => front.report(step, output),
+            None => front.report_missing(step, rank),
+        };
+        match submitted {
+            Ok(()) => {}
+            Err(FrontError::Closed) => return,
+            Err(e) => {
+                // Steps were checked above, so this is kvcc's bug, not the input's; say
+                // where it happened and stop the run rather than hang it.
+                let _ = front.close();
+                let _ = to_consumer.send(Err(InputError {
+                    file: Some(lines.file.clone()),
+                    at: Some((line as usize, 1)),
+                    field: None,
+                    message: format!("the aggregator refused this step: {e}"),
+                }));
+                return;
+            }
+        }
+        step += 1;
+    }
+}
+
+/// What the monitors need of an output: everything but the block ids.
+fn evidence_of(output: &WorkerOutput<IdNum>) -> WorkerOutput<IdNum> {
+    WorkerOutput {
+        rank: output.rank,
+        finished_sending: output.finished_sending.clone(),
+        finished_recving: output.finished_recving.clone(),
+        failed_recving: output.failed_recving.clone(),
+        invalid_block_ids: BTreeSet::new(),
+        expected_finished_count: output.expected_finished_count,
+    }
+}
+
+/// Parses line `line` of rank `rank`'s file, which must hold step `expected`.
+pub fn parse(
+    rank: Rank,
+    text: &[u8],
+    file: &str,
+    line: u64,
+    expected: Step,
+    interner: &Interner,
+) -> Result<RankStep, InputError> {
+    let parsed: RankLine = serde_json::from_slice(text).map_err(|e| json_error(file, line, &e))?;
+    let bad = |needle: &str, message: String| line_error(file, line, text, needle, message);
+    if parsed.step != expected {
+        let message = if parsed.step < expected {
+            format!(
+                "step {} out of order: the previous line was step {}",
+                parsed.step,
+                expected.wrapping_sub(1)
+            )
+        } else if expected == 0 {
+            format!(
+                "step {} skips step 0: a rank file starts at step 0",
+                parsed.step
+            )
+        } else {
+            format!(
+                "step {} skips step {expected}: the previous line was step {} (a step without output is `{{\"step\": {expected}, \"missing\": true}}`)",
+                parsed.step,
+                expected - 1
+            )
+        };
+        return Err(bad("\"step\"", message));
+    }
+    if parsed.missing_with_content() {
+        return Err(bad(
+            "\"missing\"",
+            "a `\"missing\": true` step carries no other fields".into(),
+        ));
+    }
+    if parsed.missing {
+        return Ok(RankStep {
+            step: expected,
+            line,
+            output: None,
+        });
+    }
+    let ids = |field: &str, list: Option<Vec<IdText<'_>>>| -> Result<BTreeSet<IdNum>, InputError> {
+        let mut set = BTreeSet::new();
+        for IdText(name) in list.unwrap_or_default() {
+            if !set.insert(interner.intern(&name, expected)) {
+                return Err(bad(
+                    &format!("\"{name}\""),
+                    format!("{field} lists request \"{name}\" twice"),
+                ));
+            }
+        }
+        Ok(set)
+    };
+    let mut output = WorkerOutput::empty(rank);
+    output.finished_sending = ids("finished_sending", parsed.finished_sending)?;
+    output.finished_recving = ids("finished_recving", parsed.finished_recving)?;
+    output.failed_recving = ids("failed_recving", parsed.failed_recving)?;
+    for block in parsed.invalid_block_ids.unwrap_or_default() {
+        if !output.invalid_block_ids.insert(block) {
+            return Err(bad(
+                "\"invalid_block_ids\"",
+                format!("invalid_block_ids lists block {block} twice"),
+            ));
+        }
+    }
+    output.expected_finished_count = parsed.expected_finished_count.unwrap_or(0);
+    Ok(RankStep {
+        step: expected,
+        line,
+        output: Some(output),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_line(text: &str, expected: Step) -> Result<RankStep, InputError> {
+        parse(
+            1,
+            text.as_bytes(),
+            "rank-1.jsonl",
+            7,
+            expected,
+            &Interner::new(),
+        )
+    }
+
+    #[test]
+    fn a_line_becomes_a_worker_output_of_its_rank() {
+        let step = parse_line(
+            r#"{"step": 2, "finished_sending": ["a"], "failed_recving": ["b"], "invalid_block_ids": [4], "expected_finished_count": 3}"#,
+            2,
+        )
+        .unwrap();
+        let output = step.output.unwrap();
+        assert_eq!(output.rank, 1);
+        assert_eq!(output.finished_sending.len(), 1);
+        assert_eq!(output.failed_recving.len(), 1);
+        assert_eq!(output.invalid_block_ids, BTreeSet::from([4]));
+        assert_eq!(output.expected_finished_count, 3);
+    }
+
+    #[test]
+    fn steps_must_follow_each_other() {
+        let e = parse_line(r#"{"step": 5}"#, 3).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rank-1.jsonl:7:2: step 5 skips step 3: the previous line was step 2 (a step without output is `{\"step\": 3, \"missing\": true}`)"
+        );
+        let e = parse_line(r#"{"step": 1}"#, 3).unwrap_err();
+        assert!(e.to_string().contains("step 1 out of order"), "{e}");
+    }
+
+    #[test]
+    fn truncated_and_contradictory_lines_are_errors() {
+        let e = parse_line(r#"{"step": 0, "finished_sending": ["a""#, 0).unwrap_err();
+        assert!(e.to_string().starts_with("rank-1.jsonl:7:"), "{e}");
+        assert!(e.to_string().contains("truncated JSON"), "{e}");
+        let e =
+            parse_line(r#"{"step": 0, "missing": true, "finished_sending": []}"#, 0).unwrap_err();
+        assert!(e.to_string().contains("carries no other fields"), "{e}");
+        let e = parse_line(r#"{"step": 0, "finished_recving": ["a", "a"]}"#, 0).unwrap_err();
+        assert!(e.to_string().contains("lists request \"a\" twice"), "{e}");
+        let e = parse_line(r#"{"step": 0, "finished_recving": [7]}"#, 0).unwrap_err();
+        assert!(e.to_string().contains("invalid type"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_step_has_no_output() {
+        assert!(parse_line(r#"{"step": 0, "missing": true}"#, 0)
+            .unwrap()
+            .output
+            .is_none());
+    }
+}
