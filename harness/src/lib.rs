@@ -10,7 +10,7 @@
 //! - [`replay`] re-executes an ITF trace against the model;
 //! - [`explore`] serves stateright's web explorer on loopback;
 //! - [`schema`] is the JSON Schema of the spec format;
-//! - [`conform`] checks recorded runs against the contract.
+//! - [`conform`] checks recorded runs (vLLM's or [`simulate`]'s) against the contract.
 
 pub mod cmd;
 pub mod conform;
@@ -21,6 +21,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod schema;
+pub mod simulate;
 pub mod source;
 pub mod spec;
 pub mod trace;

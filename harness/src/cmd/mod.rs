@@ -7,6 +7,7 @@ pub mod conform;
 pub mod explore;
 pub mod replay;
 pub mod schema;
+pub mod simulate;
 
 use crate::Exit;
 use clap::{Parser, Subcommand};
@@ -42,6 +43,7 @@ pub enum Command {
     Explore(explore::Args),
     Schema(schema::Args),
     Conform(conform::Args),
+    Simulate(simulate::Args),
 }
 
 impl Command {
@@ -52,6 +54,7 @@ impl Command {
             Command::Explore(args) => explore::exec(args),
             Command::Schema(args) => schema::exec(args),
             Command::Conform(args) => conform::exec(args),
+            Command::Simulate(args) => simulate::exec(args),
         }
     }
 }
