@@ -209,7 +209,7 @@ fn replay_of_an_edited_action_does_not_reproduce_exit_1() {
     let (code, stdout, _) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}");
     assert!(
-        stdout.contains("step 2 (`D rank 0: read of req0 from P rank 0 completes"),
+        stdout.contains("step 2 (`D rank 0 (from P rank 0): read of req0 completes"),
         "{stdout}"
     );
 }
