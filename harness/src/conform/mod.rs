@@ -13,7 +13,8 @@
 //!   outputs to the consumer, which submits them after applying the events before that
 //!   step. A step cannot be aggregated before every rank submitted it, so no step
 //!   overtakes its events, while the other readers run ahead in parallel;
-//! - readers run at most [`reader::WINDOW`] steps ahead, ids are forgotten after their
+//! - readers run a bounded number of steps ahead ([`reader::WINDOW`] batches of
+//!   [`reader::BATCH`]), ids are forgotten after their
 //!   lifetime ([`intern`]): memory follows the requests in flight, not the log.
 //!
 //! Bad input (a missing header or rank file, an unknown rank file, a truncated or invalid
@@ -33,7 +34,7 @@ use intern::{IdNum, Interner};
 use kvcc_aggregator::{Aggregator, ConcurrentAggregator, FrontError, Rank, Step};
 use monitor::{Finding, Monitor, Setup};
 use reader::{Message, RankStep, Record};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -324,27 +325,31 @@ fn consume(
     receivers: Vec<Receiver<Message>>,
 ) -> Result<(Step, u64), InputError> {
     let ranks = receivers.len();
+    let mut buffered: Vec<VecDeque<RankStep>> = (0..ranks).map(|_| VecDeque::new()).collect();
     let mut step: Step = 0;
     loop {
         let mut records: Vec<Option<RankStep>> = Vec::with_capacity(ranks);
         let mut ended: Vec<(usize, u64)> = Vec::new();
         let mut bytes = 0;
         for (rank, from_reader) in receivers.iter().enumerate() {
-            match from_reader.recv() {
-                Ok(Ok(Record::Step(record))) => records.push(Some(record)),
-                Ok(Ok(Record::End { lines, bytes: b })) => {
-                    ended.push((rank, lines));
-                    bytes += b;
-                    records.push(None);
-                }
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(InputError::file(
-                        &files[rank],
-                        "kvcc internal error: its reader stopped without a word",
-                    ))
+            while buffered[rank].is_empty() {
+                match from_reader.recv() {
+                    Ok(Ok(Record::Steps(batch))) => buffered[rank].extend(batch),
+                    Ok(Ok(Record::End { lines, bytes: b })) => {
+                        ended.push((rank, lines));
+                        bytes += b;
+                        break;
+                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => {
+                        return Err(InputError::file(
+                            &files[rank],
+                            "kvcc internal error: its reader stopped without a word",
+                        ))
+                    }
                 }
             }
+            records.push(buffered[rank].pop_front());
         }
         if ended.len() == ranks {
             return Ok((step, bytes));

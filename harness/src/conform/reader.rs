@@ -3,9 +3,9 @@
 //! output to the concurrent aggregator — the same front the loom and shuttle suites
 //! check, fed by as many threads as the engine has ranks.
 //!
-//! The evidence channel is bounded, so a reader runs at most [`WINDOW`] steps ahead of the
-//! consumer, and the front buffers at most that many steps: memory follows the window,
-//! not the file. The held rank (see [`super::run`]) does not submit its own output: it
+//! The evidence channel is bounded, so a reader runs at most a few batches of steps ahead
+//! of the consumer, and the front buffers at most that many steps: memory follows the
+//! window, not the file. The held rank (see [`super::run`]) does not submit its own output: it
 //! sends it to the consumer, which submits it once the scheduler events before that step
 //! have been applied.
 
@@ -17,8 +17,9 @@ use std::collections::BTreeSet;
 use std::io::BufRead;
 use std::sync::mpsc::SyncSender;
 
-/// How many steps a reader may run ahead of the consumer.
-pub const WINDOW: usize = 64;
+/// Batches a reader may have sent ahead of the consumer: with [`BATCH`] steps each, a
+/// reader runs at most `(WINDOW + 1) * BATCH` steps ahead.
+pub const WINDOW: usize = 4;
 
 /// One line of a rank file, parsed.
 #[derive(Debug)]
@@ -33,15 +34,17 @@ pub struct RankStep {
 /// What a reader sends the consumer, in step order.
 #[derive(Debug)]
 pub enum Record {
-    Step(RankStep),
+    /// Consecutive steps, at most [`BATCH`] of them.
+    Steps(Vec<RankStep>),
     /// The file ended after `lines` lines.
-    End {
-        lines: u64,
-        bytes: u64,
-    },
+    End { lines: u64, bytes: u64 },
 }
 
 pub type Message = Result<Record, InputError>;
+
+/// Steps per message: one handoff between threads per batch, not per step, which is
+/// where the time went when every step woke the consumer and every reader.
+pub const BATCH: usize = 16;
 
 /// Reads one rank file to its end, or to its first bad line. `front` is None for the
 /// held rank, whose outputs the consumer submits.
@@ -54,64 +57,94 @@ pub fn read_rank<R: BufRead>(
 ) {
     let mut step: Step = 0;
     loop {
-        let parsed = match lines.next_line() {
-            Ok(None) => {
-                let end = Record::End {
-                    lines: lines.line,
-                    bytes: lines.bytes,
-                };
-                let _ = to_consumer.send(Ok(end));
-                return;
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut last: Option<Message> = None;
+        while batch.len() < BATCH {
+            match lines.next_line() {
+                Ok(None) => {
+                    last = Some(Ok(Record::End {
+                        lines: lines.line,
+                        bytes: lines.bytes,
+                    }));
+                    break;
+                }
+                Ok(Some(line)) => {
+                    match parse(rank, line.text, line.file, line.number, step, interner) {
+                        Ok(record) => {
+                            batch.push(record);
+                            step += 1;
+                        }
+                        Err(e) => {
+                            last = Some(Err(e));
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    last = Some(Err(e));
+                    break;
+                }
             }
-            Ok(Some(line)) => parse(rank, line.text, line.file, line.number, step, interner),
-            Err(e) => Err(e),
-        };
-        let record = match parsed {
-            Ok(record) => record,
-            Err(e) => {
-                let _ = to_consumer.send(Err(e));
-                return;
-            }
-        };
-        let line = record.line;
-        let Some(front) = front else {
-            if to_consumer.send(Ok(Record::Step(record))).is_err() {
-                return;
-            }
-            step += 1;
-            continue;
-        };
-        let evidence = RankStep {
-            step,
-            line,
-            output: record.output.as_ref().map(evidence_of),
-        };
-        // The consumer is gone (it stopped at an error elsewhere): stop quietly.
-        if to_consumer.send(Ok(Record::Step(evidence))).is_err() {
+        }
+        if !batch.is_empty() && !send_batch(rank, batch, front, &lines.file, &to_consumer) {
             return;
         }
+        if let Some(last) = last {
+            // The steps before an error are handled first, so the error surfaces when
+            // the consumer reaches its step: the same error whatever the timing.
+            let _ = to_consumer.send(last);
+            return;
+        }
+    }
+}
+
+/// Sends a batch to the consumer, then submits it to the front (unless this is the held
+/// rank). False when the run is over: the consumer is gone or the front closed.
+fn send_batch(
+    rank: Rank,
+    batch: Vec<RankStep>,
+    front: Option<&ConcurrentAggregator<IdNum>>,
+    file: &str,
+    to_consumer: &SyncSender<Message>,
+) -> bool {
+    let Some(front) = front else {
+        return to_consumer.send(Ok(Record::Steps(batch))).is_ok();
+    };
+    let evidence = batch
+        .iter()
+        .map(|r| RankStep {
+            step: r.step,
+            line: r.line,
+            output: r.output.as_ref().map(evidence_of),
+        })
+        .collect();
+    // The consumer is gone (it stopped at an error elsewhere): stop quietly.
+    if to_consumer.send(Ok(Record::Steps(evidence))).is_err() {
+        return false;
+    }
+    for record in batch {
         let submitted = match record.output {
-            Some(output) => front.report(step, output),
-            None => front.report_missing(step, rank),
+            Some(output) => front.report(record.step, output),
+            None => front.report_missing(record.step, rank),
         };
         match submitted {
             Ok(()) => {}
-            Err(FrontError::Closed) => return,
+            Err(FrontError::Closed) => return false,
             Err(e) => {
-                // Steps were checked above, so this is kvcc's bug, not the input's; say
-                // where it happened and stop the run rather than hang it.
+                // Steps were checked when parsed, so this is kvcc's bug, not the input's;
+                // say where it happened and stop the run rather than hang it.
                 let _ = front.close();
                 let _ = to_consumer.send(Err(InputError {
-                    file: Some(lines.file.clone()),
-                    at: Some((line as usize, 1)),
+                    file: Some(file.to_string()),
+                    at: Some((record.line as usize, 1)),
                     field: None,
                     message: format!("the aggregator refused this step: {e}"),
                 }));
-                return;
+                return false;
             }
         }
-        step += 1;
     }
+    true
 }
 
 /// What the monitors need of an output: everything but the block ids.
