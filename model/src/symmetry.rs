@@ -12,7 +12,7 @@
 //! the quorum is the first E in rank order, so renaming ranks changes what it remembers.
 //! Under `Strict` the reduction is off: sound, at the price of more states.
 
-use crate::state::{DecodeCell, HandlePhase, PrefillCell, State};
+use crate::state::State;
 use kvcc_aggregator::{Policy, Rank};
 
 impl State {
@@ -58,29 +58,20 @@ impl State {
             .replicas
             .windows(2)
             .all(|w| prefill_row(w[0]) <= prefill_row(w[1]));
-        type GroupKey<'a> = (
-            Vec<&'a [PrefillCell]>,
-            Vec<&'a [DecodeCell]>,
-            Vec<&'a [HandlePhase]>,
-        );
-        let key = |g: usize| -> GroupKey<'_> {
-            let group = &topology.groups[g];
-            (
-                group
-                    .prefill_ranks
-                    .iter()
-                    .map(|&k| prefill_row(k))
-                    .collect(),
-                group.decode_ranks.iter().map(|&d| decode_row(d)).collect(),
-                group.handles.iter().map(|&h| handle_row(h)).collect(),
-            )
+        // Groups compare by their rows in order: P ranks, then D ranks, then handles
+        // (the derived order of the tuple of row lists, without building it).
+        let compare_groups = |a: usize, b: usize| -> std::cmp::Ordering {
+            let (a, b) = (&topology.groups[a], &topology.groups[b]);
+            let prefill = a.prefill_ranks.iter().map(|&k| prefill_row(k));
+            let decode = a.decode_ranks.iter().map(|&d| decode_row(d));
+            let handles = a.handles.iter().map(|&h| handle_row(h));
+            prefill
+                .cmp(b.prefill_ranks.iter().map(|&k| prefill_row(k)))
+                .then_with(|| decode.cmp(b.decode_ranks.iter().map(|&d| decode_row(d))))
+                .then_with(|| handles.cmp(b.handles.iter().map(|&h| handle_row(h))))
         };
-        let keys: Vec<GroupKey<'_>> = if topology.groups.len() > 1 {
-            (0..topology.groups.len()).map(key).collect()
-        } else {
-            Vec::new()
-        };
-        let groups_sorted = keys.windows(2).all(|w| w[0] <= w[1]);
+        let group_count = topology.groups.len();
+        let groups_sorted = (1..group_count).all(|g| compare_groups(g - 1, g).is_le());
         if replicas_sorted && groups_sorted {
             return None;
         }
@@ -93,8 +84,8 @@ impl State {
         for (slot, &old) in topology.replicas.iter().zip(&replicas) {
             prefill_from[usize::from(*slot)] = old;
         }
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+        let mut order: Vec<usize> = (0..group_count).collect();
+        order.sort_by(|&a, &b| compare_groups(a, b));
         for (slot, &old) in order.iter().enumerate() {
             let (to, from) = (&topology.groups[slot], &topology.groups[old]);
             for (&t, &f) in to.prefill_ranks.iter().zip(&from.prefill_ranks) {
