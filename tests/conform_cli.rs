@@ -192,6 +192,96 @@ fn a_leak_names_the_request_and_the_ranks_that_never_reported() {
     );
 }
 
+/// A resend after emission, a send nobody delayed, and an emission before the transfer
+/// rank reported, under vLLM's counting with E = 1 (#59325's alternative fix on a
+/// replicated layout, where replica rank 1 reports first).
+#[test]
+fn countdown_resend_unprovenanced_send_and_early_emission() {
+    let header = r#"{"format_version": 1, "engine": "prefill", "kv_connector": "NixlConnector", "world_size": 2, "finished_count": 1, "transfer_ranks": [0]}"#;
+    let dir = build(
+        header,
+        &[
+            vec![step(0, &[]), step(1, &["req-a"]), step(2, &[])],
+            vec![step(0, &["req-a"]), step(1, &[]), step(2, &["req-b"])],
+        ],
+        &[event(0, "delay-freed", "req-a")],
+    );
+    let (code, json, _) = run(&["conform", &dir.arg(), "--format", "json"]);
+    assert_eq!(code, 1, "{json}");
+    let line: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let clauses: Vec<(String, String, serde_json::Value)> = line["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["property"].as_str().unwrap().to_string(),
+                f["clause"].as_str().unwrap().to_string(),
+                f["at"][0].clone(),
+            )
+        })
+        .collect();
+    let rank0 = |l: usize| serde_json::json!(format!("{}:{l}", dir.file("rank-0.jsonl")));
+    let rank1 = |l: usize| serde_json::json!(format!("{}:{l}", dir.file("rank-1.jsonl")));
+    let want = [
+        (
+            "quorum-sound",
+            "send-emitted-before-transfer-ranks-done",
+            rank1(1),
+        ),
+        ("count-conserved", "countdown-reopened", rank0(2)),
+        ("exactly-once", "emitted-twice", rank0(2)),
+        ("report-provenance", "send-without-delayed-free", rank1(3)),
+        ("exactly-once", "emitted-for-unknown-request", rank1(3)),
+    ];
+    for (property, clause, at) in want {
+        assert!(
+            clauses
+                .iter()
+                .any(|(p, c, a)| p == property && c == clause && *a == at),
+            "{property}: {clause} at {at}: {clauses:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_decode_loader_never_woken_names_the_silent_rank() {
+    let header = r#"{"format_version": 1, "engine": "decode", "kv_connector": "NixlConnector", "world_size": 2}"#;
+    let recv = |k: u64, ids: &[&str]| {
+        let ids: Vec<String> = ids.iter().map(|s| format!("\"{s}\"")).collect();
+        format!(
+            r#"{{"step": {k}, "finished_recving": [{}]}}"#,
+            ids.join(", ")
+        )
+    };
+    let dir = build(
+        header,
+        &[
+            vec![recv(0, &["req-a"]), recv(1, &[])],
+            vec![recv(0, &[]), recv(1, &[])],
+        ],
+        &[
+            event(0, "waiting-for-remote-kvs", "req-a"),
+            event(0, "waiting-for-remote-kvs", "req-b"),
+            event(1, "aborted", "req-b"),
+        ],
+    );
+    let (code, stdout, _) = run(&["conform", &dir.arg()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("eventually-woken: loader-never-woken — request req-a"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ranks that never reported it in finished_recving: 1; reported by rank 0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("eventually-woken: aborted-loader-never-freed — request req-b"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn a_missing_output_rank_drops_the_step_and_says_so_at_the_end() {
     let dir = build(

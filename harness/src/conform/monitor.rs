@@ -80,7 +80,7 @@ enum Phase {
 impl Phase {
     fn text(self) -> &'static str {
         match self {
-            Phase::Unknown => "never announced by the scheduler",
+            Phase::Unknown => "unknown to the scheduler",
             Phase::Waiting => "waiting for remote KV",
             Phase::Running => "running",
             Phase::DelayFreed => "delay-freed",
@@ -410,7 +410,8 @@ impl Monitor {
         self.countdown_overflows(front, step, outputs)
     }
 
-    /// `countdown` counts a rank's second report like any other; say so.
+    /// `countdown` counts a rank's second report like any other; say so, in `strict`'s
+    /// words for the same report.
     fn countdown_duplicates(&mut self, step: Step) {
         for i in 0..self.current.len() {
             let report = self.current[i];
@@ -420,6 +421,14 @@ impl Monitor {
                 continue;
             };
             let name = t.name.to_string();
+            // Named as `strict` names its refusal of the same report.
+            let (clause, when) = match flow.emitted {
+                Some(emitted) => (
+                    "report-after-emission",
+                    format!(", after it was emitted at step {emitted}"),
+                ),
+                None => ("duplicate-report", String::new()),
+            };
             let at = vec![
                 self.at(Loc {
                     file: u32::from(report.rank),
@@ -429,14 +438,14 @@ impl Monitor {
             ];
             self.record(Finding {
                 property: "exactly-once",
-                clause: "duplicate-report",
+                clause,
                 request: name.clone(),
                 direction: Some(report.direction),
                 step: Some(step),
                 ranks: vec![report.rank],
                 at,
                 message: format!(
-                    "rank {} reported {name} in {} a second time at step {step} (first at step {}); the countdown counted it again",
+                    "rank {} reported {name} in {} a second time at step {step} (first at step {}){when}; the countdown counted it again",
                     report.rank, report.direction, first.step
                 ),
             });
@@ -498,7 +507,7 @@ impl Monitor {
                 .collect();
             let why = match emitted {
                 Some(at) if remaining.is_none() => {
-                    format!("it was already emitted at step {at}, so")
+                    format!("it was already emitted, first at step {at}, so")
                 }
                 _ => format!("its countdown had room for {room}, so"),
             };
@@ -511,8 +520,8 @@ impl Monitor {
                 ranks: beyond.iter().map(|r| r.rank).collect(),
                 at,
                 message: format!(
-                    "{} reports of {name} in {} at step {step}: {why} rank {} opened a fresh countdown",
-                    reports.len(),
+                    "{} of {name} in {} at step {step}: {why} rank {} opened a fresh countdown",
+                    plural(reports.len(), "report"),
                     DIRECTIONS[d],
                     beyond[0].rank
                 ),
@@ -674,7 +683,9 @@ impl Monitor {
         let phase = t.phase;
         let since = t.since;
         let flow = &mut t.flows[index(direction)];
-        let previous = flow.emitted.replace(step);
+        // The first emission is the one later reports and emissions are measured against.
+        let previous = flow.emitted;
+        flow.emitted.get_or_insert(step);
         let reporters = flow.reporters();
         let unknown = match direction {
             Direction::Sending => phase != Phase::DelayFreed,
@@ -697,7 +708,7 @@ impl Monitor {
                 ranks: completing.clone(),
                 at: at.clone(),
                 message: format!(
-                    "the aggregator emitted {name} in {direction} at step {step} a second time (first at step {first})"
+                    "the aggregator emitted {name} in {direction} again at step {step} (first at step {first})"
                 ),
             });
         } else if unknown {
@@ -975,6 +986,15 @@ pub fn ranks_text(ranks: &[Rank]) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+    }
+}
+
+/// `1 report`, `2 reports`.
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
