@@ -307,6 +307,28 @@ fn a_missing_output_rank_drops_the_step_and_says_so_at_the_end() {
     );
 }
 
+/// Ids are numbered in whatever order the reader threads meet them; the findings must not
+/// depend on it.
+#[test]
+fn findings_come_out_in_the_same_order_every_time() {
+    let ids: Vec<String> = (0..40).map(|i| format!("cmpl-{:x}", i * 7919)).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (a, b) = ids.split_at(20);
+    let ranks: Vec<Vec<String>> = (0..4)
+        .map(|r| vec![step(0, if r % 2 == 0 { a } else { b }), step(1, &ids)])
+        .collect();
+    let dir = build(&header(4, "countdown"), &ranks, &[]);
+    let (code, first, _) = run(&["conform", &dir.arg()]);
+    assert_eq!(code, 1);
+    assert!(
+        first.contains("report-provenance: send-without-delayed-free"),
+        "{first}"
+    );
+    for _ in 0..4 {
+        assert_eq!(run(&["conform", &dir.arg()]).1, first);
+    }
+}
+
 #[test]
 fn a_directory_of_engine_runs_stands_for_them() {
     let (code, stdout, _) = run(&["conform", "tests/fixtures/runs"]);

@@ -28,6 +28,7 @@ use kvcc_aggregator::{
     Aggregator, ConcurrentAggregator, Direction, FrontError, Policy, Rank, Step, StepOutcome,
     ViolationKind, WorkerOutput,
 };
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -127,8 +128,9 @@ impl Flow {
 
 struct Tracked {
     name: Arc<str>,
-    /// First-seen order, so end-of-run findings come out in a fixed order.
-    seq: u64,
+    /// The step it was first mentioned at: end-of-run findings come out by it, then by
+    /// name (ids are numbered in whatever order the reader threads met them).
+    first_step: Step,
     phase: Phase,
     aborted: bool,
     /// A `delay-freed` event was seen: sends may be reported.
@@ -178,11 +180,12 @@ pub struct Setup {
 pub struct Monitor {
     setup: Setup,
     tracked: HashMap<IdNum, Tracked, FnvBuild>,
-    next_seq: u64,
     /// Steps at which to try forgetting these ids.
     due: BTreeMap<Step, Vec<IdNum>>,
     current: Vec<StepReport>,
     current_dropped: bool,
+    /// Findings of the step being handled, not yet in their fixed order.
+    unsorted: Vec<Finding>,
     pub findings: Vec<Finding>,
     /// Findings beyond the cap, per (property, clause).
     pub omitted: BTreeMap<(&'static str, &'static str), u64>,
@@ -200,10 +203,10 @@ impl Monitor {
         Monitor {
             setup,
             tracked: HashMap::default(),
-            next_seq: 0,
             due: BTreeMap::new(),
             current: Vec::new(),
             current_dropped: false,
+            unsorted: Vec::new(),
             findings: Vec::new(),
             omitted: BTreeMap::new(),
             kept: HashMap::new(),
@@ -228,44 +231,64 @@ impl Monitor {
         })
     }
 
+    /// Findings wait for the end of their step: ids are numbered in whatever order the
+    /// reader threads met them, so a step's findings are put in a fixed order first.
     fn record(&mut self, finding: Finding) {
-        let key = (finding.property, finding.clause);
-        let kept = self.kept.entry(key).or_insert(0);
-        if *kept < self.setup.findings_per_clause_max {
-            *kept += 1;
-            self.findings.push(finding);
-        } else {
-            *self.omitted.entry(key).or_insert(0) += 1;
+        self.unsorted.push(finding);
+    }
+
+    /// Keeps the waiting findings, within the cap, in order of request and property
+    /// (`sort`) or as recorded.
+    fn flush(&mut self, sort: bool) {
+        let mut findings = std::mem::take(&mut self.unsorted);
+        if sort {
+            let rank = |p: &str| PROPERTIES.iter().position(|q| *q == p);
+            findings.sort_by(|a, b| {
+                (&a.request, rank(a.property), a.clause, &a.ranks, &a.at).cmp(&(
+                    &b.request,
+                    rank(b.property),
+                    b.clause,
+                    &b.ranks,
+                    &b.at,
+                ))
+            });
+        }
+        for finding in findings {
+            let key = (finding.property, finding.clause);
+            let kept = self.kept.entry(key).or_insert(0);
+            if *kept < self.setup.findings_per_clause_max {
+                *kept += 1;
+                self.findings.push(finding);
+            } else {
+                *self.omitted.entry(key).or_insert(0) += 1;
+            }
         }
     }
 
     /// The record of `id`, created on first mention at `step`.
     fn track(&mut self, id: IdNum, step: Step, interner: &Interner) -> &mut Tracked {
-        if !self.tracked.contains_key(&id) {
-            let name = interner.name(id).unwrap_or_else(|| Arc::from("?"));
-            self.tracked.insert(
-                id,
-                Tracked {
-                    name,
-                    seq: self.next_seq,
-                    phase: Phase::Unknown,
-                    aborted: false,
-                    delayed: false,
-                    since: None,
-                    flows: Default::default(),
-                },
-            );
-            self.next_seq += 1;
-            self.requests_seen += 1;
-            self.tracked_max = self.tracked_max.max(self.tracked.len());
-            // Known only from reports, it is forgotten after the grace unless the
-            // scheduler takes it up meanwhile.
-            self.due
-                .entry(step + self.setup.grace_steps)
-                .or_default()
-                .push(id);
-        }
-        self.tracked.get_mut(&id).expect("just inserted")
+        let tracked_before = self.tracked.len();
+        let tracked = match self.tracked.entry(id) {
+            Entry::Occupied(entry) => return entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(Tracked {
+                name: interner.name(id).unwrap_or_else(|| Arc::from("?")),
+                first_step: step,
+                phase: Phase::Unknown,
+                aborted: false,
+                delayed: false,
+                since: None,
+                flows: Default::default(),
+            }),
+        };
+        self.requests_seen += 1;
+        self.tracked_max = self.tracked_max.max(tracked_before + 1);
+        // Known only from reports, it is forgotten after the grace unless the scheduler
+        // takes it up meanwhile.
+        self.due
+            .entry(step + self.setup.grace_steps)
+            .or_default()
+            .push(id);
+        tracked
     }
 
     /// A scheduler event, before step `step` is aggregated.
@@ -545,6 +568,7 @@ impl Monitor {
                     line: r.line,
                 });
             }
+            self.flush(true);
             return;
         }
         for violation in &outcome.violations {
@@ -573,6 +597,7 @@ impl Monitor {
                 self.emission(step, &reports, direction, id);
             }
         }
+        self.flush(true);
     }
 
     fn strict_violation(
@@ -809,9 +834,13 @@ impl Monitor {
     pub fn finish(&mut self, front: &Front, steps: Step) -> Result<(), FrontError> {
         let world = self.setup.world_size;
         let all: Vec<Rank> = (0..world).map(|r| r as Rank).collect();
-        let mut order: Vec<(u64, IdNum)> =
-            self.tracked.iter().map(|(&id, t)| (t.seq, id)).collect();
+        let mut order: Vec<(Step, &str, IdNum)> = self
+            .tracked
+            .iter()
+            .map(|(&id, t)| (t.first_step, &*t.name, id))
+            .collect();
         order.sort_unstable();
+        let order: Vec<IdNum> = order.into_iter().map(|(_, _, id)| id).collect();
         let (open, failed): (Vec<HashSet<(usize, IdNum)>>, BTreeSet<IdNum>) =
             front.with_core(|core| {
                 let open = DIRECTIONS
@@ -826,7 +855,7 @@ impl Monitor {
             format!("still pending at end (after step {})", steps - 1)
         };
         let mut findings = Vec::new();
-        for &(_, id) in &order {
+        for &id in &order {
             let t = &self.tracked[&id];
             let name = &t.name;
             let since = t
@@ -894,9 +923,9 @@ impl Monitor {
                 ));
             }
         }
-        for finding in findings {
-            self.record(finding);
-        }
+        // Already in a fixed order: by when each request was first seen, then by name.
+        self.unsorted.extend(findings);
+        self.flush(false);
         Ok(())
     }
 
