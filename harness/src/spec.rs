@@ -726,8 +726,16 @@ fn when_selectors(
     Ok(selectors)
 }
 
+/// The directory of the shipped specs, `kvcc check`'s default path.
+pub const SPECS_DIR: &str = "specs";
+
+/// The benchmark set's directory inside [`SPECS_DIR`]: its specs take minutes, so walking
+/// a directory named `specs` skips it; `kvcc bench` runs it, as does naming it.
+pub const BENCH_DIR: &str = "bench";
+
 /// The spec files under `paths`: files as given, directories searched recursively for
-/// `*.toml`, each directory's files sorted.
+/// `*.toml`, each directory's files sorted. A directory named `specs` (the default path,
+/// however written) is walked without its `bench/` subdirectory.
 pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
     let mut files = Vec::new();
     for path in paths {
@@ -735,7 +743,9 @@ pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
             .map_err(|e| InputError::file(path, format!("cannot read: {e}")))?;
         if meta.is_dir() {
             let before = files.len();
-            walk(Path::new(path), &mut files)
+            let root = Path::new(path);
+            let skip = (root.file_name() == Some(SPECS_DIR.as_ref())).then_some(BENCH_DIR);
+            walk(root, skip, &mut files)
                 .map_err(|e| InputError::file(path, format!("cannot read directory: {e}")))?;
             if files.len() == before {
                 return Err(InputError::file(
@@ -753,14 +763,18 @@ pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
     Ok(files)
 }
 
-fn walk(dir: &Path, files: &mut Vec<String>) -> std::io::Result<()> {
+/// `skip` names a subdirectory of `dir` itself (not of its subdirectories) to leave out.
+fn walk(dir: &Path, skip: Option<&str>, files: &mut Vec<String>) -> std::io::Result<()> {
     let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
     entries.sort();
     for entry in entries {
         if entry.is_dir() {
-            walk(&entry, files)?;
+            if skip.is_some_and(|skip| entry.file_name() == Some(skip.as_ref())) {
+                continue;
+            }
+            walk(&entry, None, files)?;
         } else if entry.extension().is_some_and(|e| e == "toml") {
             files.push(entry.display().to_string());
         }

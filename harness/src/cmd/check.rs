@@ -26,7 +26,9 @@ Examples:
   kvcc check specs/ --format json --junit kvcc.xml
   kvcc check specs/pr59325-regression.toml --point prefill.pcp=2 --max-states 100000")]
 pub struct Args {
-    /// Spec files, or directories searched recursively for `*.toml`.
+    /// Spec files, or directories searched recursively for `*.toml`. A directory named
+    /// `specs` (the default) is searched without its `bench/` subdirectory, the benchmark
+    /// set: `kvcc bench` runs it, `kvcc check specs/bench` checks it.
     #[arg(value_name = "PATH", default_value = "specs")]
     pub paths: Vec<String>,
     /// Check only matrix points where KEY has VALUE (repeatable; e.g. `prefill.pcp=2`).
@@ -64,7 +66,7 @@ pub enum Format {
 }
 
 pub fn exec(args: Args) -> Exit {
-    let plan = match plan(&args) {
+    let plan = match plan(&args.paths, &args.points) {
         Ok(plan) => plan,
         Err(errors) => {
             error::print(&errors);
@@ -105,8 +107,12 @@ pub fn exec(args: Args) -> Exit {
 }
 
 /// Loads every spec and builds every case before anything runs: all input errors at once.
-fn plan(args: &Args) -> Result<Vec<(Spec, Vec<Case>)>, Vec<InputError>> {
-    let files = spec::discover(&args.paths).map_err(|e| vec![e])?;
+/// `kvcc bench` plans its runs with it too.
+pub fn plan(
+    paths: &[String],
+    points: &[Selector],
+) -> Result<Vec<(Spec, Vec<Case>)>, Vec<InputError>> {
+    let files = spec::discover(paths).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
     let mut plan: Vec<(Spec, Vec<Case>)> = Vec::new();
     for file in files {
@@ -117,7 +123,7 @@ fn plan(args: &Args) -> Result<Vec<(Spec, Vec<Case>)>, Vec<InputError>> {
                     format!("spec name `{}` is also used by {}", spec.name, other.file),
                 ));
             }
-            let cases = spec.cases(&args.points)?;
+            let cases = spec.cases(points)?;
             Ok((spec, cases))
         });
         match loaded {
