@@ -12,6 +12,7 @@
 //! - [`schema`] is the JSON Schema of the spec format;
 //! - [`conform`] checks recorded runs (vLLM's or [`simulate`]'s) against the contract.
 
+pub mod bench;
 pub mod cmd;
 pub mod conform;
 pub mod error;

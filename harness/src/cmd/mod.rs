@@ -2,6 +2,7 @@
 //! and an `exec` that runs it. To add one (`conform`, `simulate`, `bench`, ...): a new
 //! file here, one `Command` variant and one `exec` arm.
 
+pub mod bench;
 pub mod check;
 pub mod conform;
 pub mod explore;
@@ -39,6 +40,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Check(check::Args),
+    Bench(bench::Args),
     Replay(replay::Args),
     Explore(explore::Args),
     Schema(schema::Args),
@@ -50,6 +52,7 @@ impl Command {
     pub fn exec(self) -> Exit {
         match self {
             Command::Check(args) => check::exec(args),
+            Command::Bench(args) => bench::exec(args),
             Command::Replay(args) => replay::exec(args),
             Command::Explore(args) => explore::exec(args),
             Command::Schema(args) => schema::exec(args),
