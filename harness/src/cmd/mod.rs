@@ -20,6 +20,9 @@ Examples:
   kvcc replay traces/pr59325-regression__decode.tp=1,...__eventually-freed__delay-freed-request-never-freed.itf.json
   kvcc explore specs/pr59325-regression.toml --point prefill.pcp=4
   kvcc schema > kvcc-spec.schema.json
+  kvcc simulate specs/pr59325-fix.toml --seed 1 --runs 20 --out runs
+  kvcc conform runs/run-*/prefill              check recorded runs against the contract
+  kvcc bench                                   time the benchmark set in specs/bench/ (release build)
 
 Exit codes: 0 as expected, 1 a finding (a verdict differs from its expectation, a trace
 does not reproduce), 2 a usage or input error.";
