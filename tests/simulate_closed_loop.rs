@@ -116,9 +116,27 @@ fn pr59325_fix_runs_conform() {
     let tmp = tempfile::tempdir().unwrap();
     let mut freed = 0;
     for (p, point) in [
-        ["prefill.pcp=2", "prefill.tp=1", "decode.tp=1", "requests=1"],
-        ["prefill.pcp=4", "prefill.tp=2", "decode.tp=2", "requests=2"],
-        ["prefill.pcp=2", "prefill.tp=2", "decode.tp=1", "requests=2"],
+        [
+            "prefill.pcp=2",
+            "prefill.tp=1",
+            "decode.tp=1",
+            "requests=1",
+            "max-concurrent-batches=1",
+        ],
+        [
+            "prefill.pcp=4",
+            "prefill.tp=2",
+            "decode.tp=2",
+            "requests=2",
+            "max-concurrent-batches=1",
+        ],
+        [
+            "prefill.pcp=2",
+            "prefill.tp=2",
+            "decode.tp=1",
+            "requests=2",
+            "max-concurrent-batches=2",
+        ],
     ]
     .into_iter()
     .enumerate()
