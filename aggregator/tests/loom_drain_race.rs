@@ -8,8 +8,8 @@ mod support;
 use kvcc_aggregator::sync::{thread, Arc};
 use kvcc_aggregator::{Aggregator, ConcurrentAggregator, Policy};
 use support::{
-    assert_matches_sequential, join_all, loom_check, sends, sequential, spawn_ranks, Emitted,
-    Script,
+    assert_matches_sequential, join_all, loom_check, sends, sequential, spawn_consumer,
+    spawn_ranks, Emitted, Script,
 };
 
 fn script() -> Script {
@@ -50,16 +50,7 @@ fn draining_while_ranks_report_loses_and_repeats_nothing() {
 fn a_blocked_consumer_gets_everything_then_none_after_close() {
     loom_check(3, || {
         let (front, script, expected) = start();
-        let consumer = {
-            let front = Arc::clone(&front);
-            thread::spawn(move || {
-                let mut taken = Vec::new();
-                while let Some(emitted) = front.recv().expect("recv") {
-                    taken.push(emitted);
-                }
-                taken
-            })
-        };
+        let consumer = spawn_consumer(&front);
         join_all(spawn_ranks(&front, &script));
         front.close().expect("close");
         let taken = consumer.join().expect("consumer thread");

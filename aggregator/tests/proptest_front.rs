@@ -20,7 +20,7 @@ use proptest::collection::{btree_set, vec};
 use proptest::option;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed};
-use support::{assert_matches_sequential, sequential, submit_column, Id, Script};
+use support::{assert_matches_sequential, sequential, spawn_consumer, submit_column, Id, Script};
 
 const IDS: u32 = 4;
 
@@ -147,16 +147,7 @@ fn run_concurrently(case: &Case) {
     let front = Arc::new(front);
     let script = Arc::new(case.script.clone());
 
-    let consumer = {
-        let front = Arc::clone(&front);
-        thread::spawn(move || {
-            let mut taken = Vec::new();
-            while let Some(emitted) = front.recv().expect("recv") {
-                taken.push(emitted);
-            }
-            taken
-        })
-    };
+    let consumer = spawn_consumer(&front);
     let ranks: Vec<_> = (0..world_size as Rank)
         .map(|rank| {
             let (front, script, resend) = (Arc::clone(&front), Arc::clone(&script), case.resend);

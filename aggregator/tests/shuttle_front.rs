@@ -17,11 +17,14 @@ mod support;
 
 use std::panic::{self, AssertUnwindSafe};
 
-use kvcc_aggregator::sync::{thread, Arc};
+use kvcc_aggregator::sync::Arc;
 use kvcc_aggregator::{Aggregator, ConcurrentAggregator, Direction, Policy, Rank, WorkerOutput};
 use shuttle::scheduler::{PctScheduler, RandomScheduler, Scheduler};
 use shuttle::{Config, FailurePersistence, Runner};
-use support::{assert_matches_sequential, join_all, sequential, spawn_ranks, Emitted, Id, Script};
+use support::{
+    assert_matches_sequential, join_all, sequential, spawn_consumer, spawn_ranks, Emitted, Id,
+    Script,
+};
 
 const WORLD_SIZE: Rank = 16;
 const STEPS: u64 = 6;
@@ -94,16 +97,7 @@ fn one_schedule(policy: Policy, racy: bool, expected: &Emitted, expected_core: &
         ConcurrentAggregator::new(core(policy), u32::from(WORLD_SIZE), OUTPUT_RANK)
     };
     let front = Arc::new(front.expect("valid front"));
-    let consumer = {
-        let front = Arc::clone(&front);
-        thread::spawn(move || {
-            let mut taken = Vec::new();
-            while let Some(emitted) = front.recv().expect("recv") {
-                taken.push(emitted);
-            }
-            taken
-        })
-    };
+    let consumer = spawn_consumer(&front);
     join_all(spawn_ranks(&front, &script));
     front.close().expect("close");
     let taken = consumer.join().expect("consumer thread");

@@ -81,6 +81,19 @@ pub fn spawn_ranks(
         .collect()
 }
 
+/// A consumer thread taking outcomes with the blocking `recv` until the front is closed
+/// and drained.
+pub fn spawn_consumer(front: &Arc<ConcurrentAggregator<Id>>) -> thread::JoinHandle<Emitted> {
+    let front = Arc::clone(front);
+    thread::spawn(move || {
+        let mut taken = Vec::new();
+        while let Some(emitted) = front.recv().expect("recv") {
+            taken.push(emitted);
+        }
+        taken
+    })
+}
+
 pub fn join_all(handles: Vec<thread::JoinHandle<()>>) {
     for handle in handles {
         handle.join().expect("a rank thread panicked");
