@@ -533,47 +533,30 @@ fn matrix_entries(source: &Source, matrix: toml::Value) -> Result<Vec<MatrixEntr
             "must be a table of `\"field.path\" = [values]`",
         ));
     };
-    let mut stack: Vec<(Vec<String>, toml::Table)> = vec![(Vec::new(), table)];
-    while let Some((prefix, table)) = stack.pop() {
-        for (k, v) in table {
-            let mut keys = prefix.clone();
-            keys.push(k);
-            let path = keys.join(".");
-            let segs: Vec<Seg> = root
-                .iter()
-                .cloned()
-                .chain(keys.iter().map(|k| key(k)))
-                .collect();
-            let known = schema::config_field(&schema, &path).is_some();
-            match v {
-                toml::Value::Array(values) if known => {
-                    if values.is_empty() {
-                        return Err(source.error(
-                            &segs,
-                            Part::Value,
-                            "an empty list gives no matrix point",
-                        ));
-                    }
-                    entries.push(MatrixEntry { path, values, segs });
-                }
-                toml::Value::Table(t) if !known => stack.push((keys, t)),
-                _ if !known => {
-                    return Err(source.error(
-                        &segs,
-                        Part::Key,
-                        format!("`{path}` is not a Config field path (see `kvcc schema`)"),
-                    ))
-                }
-                _ => {
-                    return Err(source.error(
-                        &segs,
-                        Part::Value,
-                        format!("a matrix entry is a list of values: `\"{path}\" = [...]`"),
-                    ))
-                }
-            }
+    let is_field = |path: &str| schema::config_field(&schema, path).is_some();
+    dotted_leaves(&root, table, is_field, |path, segs, v| {
+        if !is_field(&path) {
+            return Err(source.error(
+                &segs,
+                Part::Key,
+                format!("`{path}` is not a Config field path (see `kvcc schema`)"),
+            ));
         }
-    }
+        match v {
+            toml::Value::Array(values) if values.is_empty() => {
+                Err(source.error(&segs, Part::Value, "an empty list gives no matrix point"))
+            }
+            toml::Value::Array(values) => {
+                entries.push(MatrixEntry { path, values, segs });
+                Ok(())
+            }
+            _ => Err(source.error(
+                &segs,
+                Part::Value,
+                format!("a matrix entry is a list of values: `\"{path}\" = [...]`"),
+            )),
+        }
+    })?;
     entries.sort_by_key(|e| {
         source
             .locate(&e.segs, Part::Key)
@@ -671,6 +654,37 @@ fn expectations(
     })
 }
 
+/// Walks a table of field paths written as quoted dotted keys or nested tables, and hands
+/// each leaf to `visit` with its joined path and its segments below `at`. A nested table
+/// whose path `is_leaf` is a leaf too; any other table is descended into.
+fn dotted_leaves(
+    at: &[Seg],
+    table: toml::Table,
+    is_leaf: impl Fn(&str) -> bool,
+    mut visit: impl FnMut(String, Vec<Seg>, toml::Value) -> Result<(), InputError>,
+) -> Result<(), InputError> {
+    let mut stack: Vec<(Vec<String>, toml::Table)> = vec![(Vec::new(), table)];
+    while let Some((prefix, table)) = stack.pop() {
+        for (k, v) in table {
+            let mut keys = prefix.clone();
+            keys.push(k);
+            let path = keys.join(".");
+            match v {
+                toml::Value::Table(t) if !is_leaf(&path) => stack.push((keys, t)),
+                v => {
+                    let segs = at
+                        .iter()
+                        .cloned()
+                        .chain(keys.iter().map(|k| key(k)))
+                        .collect();
+                    visit(path, segs, v)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `match = { "prefill.pcp" = 1 }`: matrix paths (quoted or nested) to matrix values.
 fn when_selectors(
     source: &Source,
@@ -686,43 +700,34 @@ fn when_selectors(
         ));
     }
     let mut selectors = Vec::new();
-    let mut stack: Vec<(Vec<String>, toml::Table)> = vec![(Vec::new(), table)];
-    while let Some((prefix, table)) = stack.pop() {
-        for (k, v) in table {
-            let mut keys = prefix.clone();
-            keys.push(k);
-            let path = keys.join(".");
-            let segs: Vec<Seg> = at
-                .iter()
-                .cloned()
-                .chain(keys.iter().map(|k| key(k)))
-                .collect();
-            match (matrix.iter().find(|e| e.path == path), v) {
-                (Some(entry), v) => {
-                    if !entry.values.contains(&v) {
-                        return Err(source.error(
-                            &segs,
-                            Part::Value,
-                            format!(
-                                "never matches: {} is not a value of the matrix ({})",
-                                value_text(&v),
-                                values_text(&entry.values)
-                            ),
-                        ));
-                    }
-                    selectors.push(Selector { path, value: v });
-                }
-                (None, toml::Value::Table(t)) => stack.push((keys, t)),
-                (None, _) => {
-                    return Err(source.error(
-                        &segs,
-                        Part::Key,
-                        format!("`{path}` is not a path of this spec's [matrix]"),
-                    ))
-                }
+    let entry = |path: &str| matrix.iter().find(|e| e.path == path);
+    dotted_leaves(
+        at,
+        table,
+        |path| entry(path).is_some(),
+        |path, segs, v| {
+            let Some(entry) = entry(&path) else {
+                return Err(source.error(
+                    &segs,
+                    Part::Key,
+                    format!("`{path}` is not a path of this spec's [matrix]"),
+                ));
+            };
+            if !entry.values.contains(&v) {
+                return Err(source.error(
+                    &segs,
+                    Part::Value,
+                    format!(
+                        "never matches: {} is not a value of the matrix ({})",
+                        value_text(&v),
+                        values_text(&entry.values)
+                    ),
+                ));
             }
-        }
-    }
+            selectors.push(Selector { path, value: v });
+            Ok(())
+        },
+    )?;
     Ok(selectors)
 }
 
