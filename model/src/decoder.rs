@@ -36,7 +36,7 @@ pub fn receive_load_metadata(config: &Config, state: &mut State, decoder: Rank, 
 
 /// Every P rank this D rank read or covers gets its notification.
 fn notify_covered_ranks(state: &mut State, decoder: Rank, r: RequestId) {
-    let topology = state.shape.0.clone();
+    let topology = state.topology();
     let read = topology.handles.iter().filter(|h| h.decoder == decoder);
     let notify_only = topology.notify_only.iter().filter(|h| h.decoder == decoder);
     for plan in read.chain(notify_only) {
@@ -107,7 +107,7 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
     }
     if !any_failed {
         // Notify-only messages go out once the read they stand in for is done.
-        let topology = state.shape.0.clone();
+        let topology = state.topology();
         for plan in topology.notify_only.iter().filter(|h| h.decoder == decoder) {
             rank::receive_notification(state, plan.source, r);
         }

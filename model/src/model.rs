@@ -17,7 +17,6 @@ use crate::state::{
 use crate::topology::Topology;
 use crate::{decoder, engine, lease, scheduler};
 use kvcc_aggregator::{Aggregator, Policy, Rank, WorkerOutput};
-use std::sync::Arc;
 
 /// Everything that can happen, named as in vLLM. Serialized into ITF traces so that
 /// `kvcc replay` can re-execute them.
@@ -85,13 +84,15 @@ pub struct Observation {
 #[derive(Clone, Debug)]
 pub struct ContractModel {
     pub config: Config,
-    pub topology: Arc<Topology>,
+    /// Leaked once per model (a few hundred bytes) so that every state can point at it
+    /// without a reference count; see [`crate::state::Shape`].
+    pub topology: &'static Topology,
 }
 
 impl ContractModel {
     /// A model of a validated config.
     pub fn new(config: Config) -> ContractModel {
-        let topology = Arc::new(Topology::new(&config));
+        let topology: &'static Topology = Box::leak(Box::new(Topology::new(&config)));
         ContractModel { config, topology }
     }
 
@@ -144,7 +145,7 @@ impl ContractModel {
             decode_aggregator: Aggregator::new(policy, t.decode_expected),
             incidents: Incidents::default(),
             once: 0,
-            shape: Shape(self.topology.clone()),
+            shape: Shape(self.topology),
         }
     }
 
@@ -369,6 +370,10 @@ impl stateright::Model for ContractModel {
 }
 
 impl crate::checker::Checkable for ContractModel {
+    fn expand_actions(&self, state: &State, actions: &mut Vec<Action>) {
+        self.enabled_actions(state, actions)
+    }
+
     fn canonical(&self, state: State) -> State {
         state.into_representative()
     }
@@ -378,7 +383,7 @@ impl crate::checker::Checkable for ContractModel {
     }
 
     fn unpack(&self, bytes: &[u8]) -> State {
-        crate::pack::unpack(&self.topology, bytes)
+        crate::pack::unpack(self.topology, bytes)
     }
 
     fn progress(&self, state: &State) -> u64 {

@@ -9,7 +9,6 @@ use crate::topology::Topology;
 use bincode::Options;
 use kvcc_aggregator::Aggregator;
 use smallvec::SmallVec;
-use std::sync::Arc;
 
 fn options() -> impl Options {
     // Variable-length integers: most cells and counts are tiny.
@@ -56,7 +55,7 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
 }
 
 /// The state `pack` wrote, with its topology put back.
-pub fn unpack(topology: &Arc<Topology>, bytes: &[u8]) -> State {
+pub fn unpack(topology: &'static Topology, bytes: &[u8]) -> State {
     let (
         requests,
         prefill,
@@ -76,6 +75,6 @@ pub fn unpack(topology: &Arc<Topology>, bytes: &[u8]) -> State {
         decode_aggregator,
         incidents,
         once,
-        shape: Shape(topology.clone()),
+        shape: Shape(topology),
     }
 }

@@ -82,29 +82,6 @@ pub fn fingerprint_bytes(bytes: &[u8]) -> u64 {
     hasher.finish().max(1)
 }
 
-/// Fingerprints are already uniformly distributed: use them as their own hash.
-#[derive(Default)]
-pub(crate) struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-pub(crate) type FingerprintMap =
-    std::collections::HashMap<u64, u64, std::hash::BuildHasherDefault<IdentityHasher>>;
-
 #[cfg(test)]
 mod tests {
     use super::*;

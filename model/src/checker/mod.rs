@@ -21,6 +21,7 @@
 mod fingerprint;
 mod replay;
 mod search;
+mod visited;
 
 pub use fingerprint::fingerprint;
 
@@ -32,14 +33,27 @@ where
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
+    buffer.clear();
+    pack_canonical(model, state, symmetry, buffer)
+}
+
+/// Appends the packed representative of `state` (or of itself, without symmetry) to
+/// `out` and returns the fingerprint of those bytes. The search packs straight into its
+/// arenas and takes the bytes back when the state is not new.
+fn pack_canonical<M>(model: &M, state: M::State, symmetry: bool, out: &mut Vec<u8>) -> u64
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
     let state = if symmetry {
         model.canonical(state)
     } else {
         state
     };
-    buffer.clear();
-    model.pack(&state, buffer);
-    fingerprint::fingerprint_bytes(buffer)
+    let begin = out.len();
+    model.pack(&state, out);
+    fingerprint::fingerprint_bytes(&out[begin..])
 }
 pub use replay::{replay_path, ReplayError};
 pub use search::check;
@@ -55,6 +69,12 @@ where
     Self::State: Clone + Eq + std::hash::Hash + Send + Sync,
     Self::Action: Clone + std::fmt::Debug + Send,
 {
+    /// The actions to expand `state` by, once the checker has found it safe. Defaults to
+    /// [`stateright::Model::actions`]; a model whose `actions` first re-judges safety (so
+    /// that stateright's own checkers stop at unsafe states) can skip that work here.
+    fn expand_actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
+        self.actions(state, actions)
+    }
     /// The representative of `state`'s symmetry class.
     fn canonical(&self, state: Self::State) -> Self::State;
     /// Appends a compact encoding of `state` to `out`; equal states, equal bytes.

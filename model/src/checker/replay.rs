@@ -1,7 +1,7 @@
 //! Turning a violating fingerprint into a concrete, re-checked counterexample, and
 //! re-executing a recorded action sequence (`kvcc replay`).
 
-use super::fingerprint::FingerprintMap;
+use super::visited::{self, Visited};
 use super::{Checkable, Kind};
 use std::fmt;
 
@@ -35,21 +35,21 @@ impl fmt::Display for ReplayError {
     }
 }
 
-/// Fingerprints from an initial state to `target`, following parent links.
-pub(super) fn path_to(visited: &[FingerprintMap], target: u64) -> Vec<u64> {
-    let mut path = vec![target];
-    let mut fp = target;
+/// Fingerprints from an initial state to the state with BFS index `target`, following
+/// each state's first discovery back to its parent.
+pub(super) fn path_to(visited: &Visited, bfs_fps: &[u64], target: u64) -> Vec<u64> {
+    let mut index = target;
+    let mut path = Vec::new();
     loop {
-        let parent = visited
-            .iter()
-            .find_map(|shard| shard.get(&fp))
-            .copied()
-            .expect("every visited state has a parent entry");
-        if parent == 0 {
-            break;
+        let fp = bfs_fps[index as usize];
+        path.push(fp);
+        let discovery = visited
+            .discovery_of(fp)
+            .expect("every state in BFS order is visited");
+        match visited::parent_index(discovery) {
+            Some(parent) => index = parent,
+            None => break,
         }
-        path.push(parent);
-        fp = parent;
     }
     path.reverse();
     path

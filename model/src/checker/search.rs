@@ -1,77 +1,89 @@
-//! The level-synchronous, sharded, deterministic BFS.
+//! The level-synchronous, parallel, deterministic BFS.
+//!
+//! Each level, threads take chunks of the frontier, expand every state and insert each
+//! successor into the shared [`Visited`] set at once; a successor that is new is packed
+//! into the thread's arena and recorded. After the level, every new state's first
+//! discovery (the smallest, see [`super::visited`]) is read back and the new states are
+//! sorted by it: the next frontier is in sequential BFS order, whatever the number of
+//! threads or the fingerprint function. Arenas are recycled level to level, so after the
+//! widest level the search stops asking the kernel for fresh (zeroed) pages.
 
-use super::fingerprint::FingerprintMap;
+use super::visited::{self, Visited};
 use super::{replay, Checkable, Counterexample, Cutoff, Kind, Options, Report, Verdict};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Fixed, so that frontier order (and so every counterexample) does not depend on the
-/// number of threads.
-const SHARDS: usize = 16;
 /// Frontier states per work item.
 const CHUNK: usize = 512;
 
-fn shard_of(fp: u64) -> usize {
-    (fp >> 60) as usize % SHARDS
+/// Where a packed state lives: an arena of its level, and its bytes there.
+#[derive(Clone, Copy)]
+struct Loc {
+    arena: u32,
+    start: u32,
+    len: u32,
 }
 
-/// Packed states stored back to back: one growing allocation per batch, not one per
-/// state (per-state boxes cost both allocator time and ~30 bytes of overhead each).
-#[derive(Default)]
-struct Packs {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-impl Packs {
-    fn push(&mut self, packed: &[u8]) {
-        self.bytes.extend_from_slice(packed);
-        self.ends.push(self.bytes.len());
-    }
-
-    fn get(&self, index: usize) -> &[u8] {
-        let start = if index == 0 { 0 } else { self.ends[index - 1] };
-        &self.bytes[start..self.ends[index]]
-    }
-
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-}
-
-/// One BFS level: fingerprints and packed states, in discovery order.
+/// One BFS level in BFS order: fingerprints, and where each state's packed bytes are.
 #[derive(Default)]
 struct Level {
     fps: Vec<u64>,
-    states: Packs,
+    locs: Vec<Loc>,
+    arenas: Vec<Vec<u8>>,
 }
 
-/// States one chunk generated for one shard, on their way to its visited set.
-#[derive(Default)]
-struct Batch {
-    /// (discovery order, fingerprint, parent fingerprint). Discovery order is (chunk,
-    /// position in chunk): chunks follow the frontier and successors are generated in
-    /// action order, so it is plain BFS order.
-    meta: Vec<(u64, u64, u64)>,
-    states: Packs,
+impl Level {
+    fn state(&self, index: usize) -> &[u8] {
+        let loc = self.locs[index];
+        let start = loc.start as usize;
+        &self.arenas[loc.arena as usize][start..start + loc.len as usize]
+    }
 }
 
-/// What one chunk of a level produced.
-struct ChunkOut {
-    per_shard: Vec<Batch>,
-    /// (clause, frontier index) of the first violation of each clause in this chunk.
+/// A state first inserted by this thread during the level.
+struct Found {
+    fp: u64,
+    /// The discovery this thread saw; replaced by the smallest once the level is done.
+    discovery: u64,
+    loc: Loc,
+}
+
+/// What one thread produced during a level.
+struct Worker {
+    /// Arena ids are `id + k * threads`: distinct across threads without coordination.
+    id: usize,
+    threads: usize,
+    arenas: Vec<Vec<u8>>,
+    found: Vec<Found>,
+    /// (clause, frontier index) of the first violation of each clause this thread saw.
     violations: Vec<(usize, usize)>,
     /// (frontier index, action) of the first transition without progress.
     no_progress: Option<(usize, String)>,
     transitions: u64,
 }
 
-/// A shard's new states after merging, in discovery order.
-#[derive(Default)]
-struct Fresh {
-    meta: Vec<(u64, u64)>,
-    states: Packs,
+impl Worker {
+    /// The arena to pack the next state into, starting a new one where offsets would
+    /// overflow 32 bits.
+    fn arena(&mut self, spares: &Mutex<Vec<Vec<u8>>>) -> (u32, &mut Vec<u8>) {
+        let full = self
+            .arenas
+            .last()
+            .is_none_or(|a| a.len() > u32::MAX as usize / 2);
+        if full {
+            let mut arena = spares
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+                .unwrap_or_default();
+            arena.clear();
+            self.arenas.push(arena);
+        }
+        let k = self.arenas.len() - 1;
+        let id = u32::try_from(self.id + k * self.threads).expect("arena ids fit in 32 bits");
+        (id, &mut self.arenas[k])
+    }
 }
 
 /// Explores `model` exhaustively within `options.limits` and returns a verdict with a
@@ -84,20 +96,32 @@ where
 {
     let start = Instant::now();
     let threads = options.threads.max(1);
-    let mut visited: Vec<FingerprintMap> = (0..SHARDS).map(|_| FingerprintMap::default()).collect();
-    let mut frontier = Level::default();
-    let mut buffer = Vec::new();
+    let visited = Visited::new();
+    // Every state's fingerprint by BFS index: discoveries name parents by index.
+    let mut bfs_fps: Vec<u64> = Vec::new();
+    let mut frontier = Level {
+        arenas: vec![Vec::new()],
+        ..Level::default()
+    };
     for init in model.init_states() {
-        let fp = super::state_fingerprint(model, init, options.symmetry, &mut buffer);
-        if visited[shard_of(fp)].insert(fp, 0).is_none() {
+        let arena = &mut frontier.arenas[0];
+        let begin = arena.len();
+        let fp = super::pack_canonical(model, init, options.symmetry, arena);
+        if visited.visit(fp, visited::ROOT) {
             frontier.fps.push(fp);
-            frontier.states.push(&buffer);
+            frontier.locs.push(Loc {
+                arena: 0,
+                start: begin as u32,
+                len: (arena.len() - begin) as u32,
+            });
+        } else {
+            arena.truncate(begin);
         }
     }
+    let spares: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
     let clause_count = model.clause_count();
-    // Fingerprint of the first state (in BFS order) that breaks each clause.
+    // BFS index of the first state that breaks each clause.
     let mut first: Vec<Option<u64>> = vec![None; clause_count];
-    let mut unique_states = frontier.fps.len() as u64;
     let mut transitions = 0u64;
     let mut depth = 0u32;
     let mut cutoff: Option<Cutoff> = None;
@@ -108,84 +132,109 @@ where
             cutoff = Some(Cutoff::Depth(depth - 1));
             break;
         }
+        let base = bfs_fps.len() as u64;
+        bfs_fps.extend_from_slice(&frontier.fps);
         let chunks = frontier.fps.len().div_ceil(CHUNK);
-        let outputs: Vec<Mutex<Option<ChunkOut>>> = (0..chunks).map(|_| Mutex::new(None)).collect();
         let next_chunk = AtomicUsize::new(0);
-        let expand = || loop {
-            let c = next_chunk.fetch_add(1, Ordering::Relaxed);
-            if c >= chunks {
-                break;
+        let workers: Vec<Mutex<Worker>> = (0..threads)
+            .map(|id| {
+                Mutex::new(Worker {
+                    id,
+                    threads,
+                    arenas: Vec::new(),
+                    found: Vec::new(),
+                    violations: Vec::new(),
+                    no_progress: None,
+                    transitions: 0,
+                })
+            })
+            .collect();
+        let next_worker = AtomicUsize::new(0);
+        let expand = || {
+            let w = next_worker.fetch_add(1, Ordering::Relaxed);
+            let mut worker = workers[w].lock().unwrap_or_else(|e| e.into_inner());
+            let mut scratch = Scratch::new(clause_count);
+            loop {
+                let c = next_chunk.fetch_add(1, Ordering::Relaxed);
+                if c >= chunks {
+                    break;
+                }
+                if options.limits.timeout.is_some_and(|t| start.elapsed() >= t) {
+                    timed_out.store(true, Ordering::Relaxed);
+                    break;
+                }
+                let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len());
+                for index in range {
+                    expand_state(
+                        model,
+                        options.symmetry,
+                        &visited,
+                        &frontier,
+                        base,
+                        index,
+                        &spares,
+                        &mut worker,
+                        &mut scratch,
+                    );
+                }
             }
-            if options.limits.timeout.is_some_and(|t| start.elapsed() >= t) {
-                timed_out.store(true, Ordering::Relaxed);
-                break;
-            }
-            let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len());
-            let out = expand_chunk(model, options.symmetry, &visited, &frontier, c, range);
-            *outputs[c].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
         };
         run_parallel(threads, &expand);
         if timed_out.load(Ordering::Relaxed) {
             cutoff = Some(Cutoff::Time(start.elapsed()));
             break;
         }
-        let outputs: Vec<ChunkOut> = outputs
+        let mut workers: Vec<Worker> = workers
             .into_iter()
-            .map(|m| {
-                m.into_inner()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .expect("every chunk was expanded")
-            })
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
             .collect();
 
-        for out in &outputs {
-            transitions += out.transitions;
-            for &(clause, index) in &out.violations {
-                if first[clause].is_none() {
-                    first[clause] = Some(frontier.fps[index]);
+        let mut no_progress: Option<(usize, String)> = None;
+        for worker in &mut workers {
+            transitions += worker.transitions;
+            for &(clause, index) in &worker.violations {
+                let index = base + index as u64;
+                if first[clause].is_none_or(|f| index < f) {
+                    first[clause] = Some(index);
                 }
             }
-            if cutoff.is_none() {
-                if let Some((_, action)) = &out.no_progress {
-                    cutoff = Some(Cutoff::PossibleCycle {
-                        action: action.clone(),
-                        depth,
-                    });
+            if let Some((index, action)) = worker.no_progress.take() {
+                if no_progress.as_ref().is_none_or(|(i, _)| index < *i) {
+                    no_progress = Some((index, action));
                 }
             }
         }
-
-        // Merge: each shard takes its candidates from every chunk, in frontier order.
-        let mut per_shard: Vec<Vec<Batch>> = (0..SHARDS)
-            .map(|_| Vec::with_capacity(outputs.len()))
-            .collect();
-        for out in outputs {
-            for (shard, batch) in out.per_shard.into_iter().enumerate() {
-                per_shard[shard].push(batch);
+        if cutoff.is_none() {
+            if let Some((_, action)) = no_progress {
+                cutoff = Some(Cutoff::PossibleCycle { action, depth });
             }
         }
-        let fresh = merge_shards(threads, &mut visited, per_shard);
-        // The next frontier in discovery order, whatever the shards and the fingerprint
-        // function: the first violating state is then the one reached by the earliest
-        // actions, and counterexamples do not change when hashing does.
-        frontier = interleave(fresh);
-        unique_states += frontier.fps.len() as u64;
+
+        let next = next_level(threads, &visited, &mut workers);
+        let old = std::mem::replace(&mut frontier, next);
+        spares
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(old.arenas);
         if !frontier.fps.is_empty() {
             depth += 1;
         }
         if let Some(max) = options.limits.max_states {
-            if unique_states > max && !frontier.fps.is_empty() {
+            let unique = bfs_fps.len() + frontier.fps.len();
+            if unique as u64 > max && !frontier.fps.is_empty() {
                 cutoff = Some(Cutoff::States(max));
                 break;
             }
         }
     }
+    let unique_states = (bfs_fps.len() + frontier.fps.len()) as u64;
     drop(frontier);
+    drop(spares);
 
     let mut counterexamples = Vec::new();
-    for (clause, fp) in first.iter().enumerate() {
-        if let Some(fp) = fp {
-            let path = replay::path_to(&visited, *fp);
+    for (clause, index) in first.iter().enumerate() {
+        if let Some(index) = index {
+            let path = replay::path_to(&visited, &bfs_fps, *index);
             let replayed = replay::replay_fingerprints(model, &path, options.symmetry, clause)
                 .unwrap_or_else(|e| {
                     panic!(
@@ -230,93 +279,94 @@ fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
     });
 }
 
-fn expand_chunk<M>(
+/// A thread's reusable buffers.
+struct Scratch<A> {
+    actions: Vec<A>,
+    seen_clause: Vec<bool>,
+}
+
+impl<A> Scratch<A> {
+    fn new(clause_count: usize) -> Scratch<A> {
+        Scratch {
+            actions: Vec::new(),
+            seen_clause: vec![false; clause_count],
+        }
+    }
+}
+
+/// Judges frontier state `index` and inserts its successors.
+#[allow(clippy::too_many_arguments)]
+fn expand_state<M>(
     model: &M,
     symmetry: bool,
-    visited: &[FingerprintMap],
+    visited: &Visited,
     frontier: &Level,
-    chunk: usize,
-    range: std::ops::Range<usize>,
-) -> ChunkOut
-where
+    base: u64,
+    index: usize,
+    spares: &Mutex<Vec<Vec<u8>>>,
+    worker: &mut Worker,
+    scratch: &mut Scratch<M::Action>,
+) where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
-    let clause_count = model.clause_count();
-    let mut out = ChunkOut {
-        per_shard: (0..SHARDS).map(|_| Batch::default()).collect(),
-        violations: Vec::new(),
-        no_progress: None,
-        transitions: 0,
-    };
-    let mut seen_clause = vec![false; clause_count];
-    let mut actions = Vec::new();
-    let mut buffer = Vec::new();
-    let mut order = (chunk as u64) << 32;
-    for index in range {
-        let fp = frontier.fps[index];
-        let state = model.unpack(frontier.states.get(index));
-        // A state that breaks safety is where its run stops: not expanded, and liveness
-        // is not judged there.
-        if !record_broken(
-            model,
-            &state,
-            Kind::Safety,
-            index,
-            &mut seen_clause,
-            &mut out.violations,
-        ) {
+    let state = model.unpack(frontier.state(index));
+    // A state that breaks safety is where its run stops: not expanded, and liveness is
+    // not judged there.
+    if !record_broken(model, &state, Kind::Safety, index, scratch, worker) {
+        return;
+    }
+    let mut actions = std::mem::take(&mut scratch.actions);
+    actions.clear();
+    model.expand_actions(&state, &mut actions);
+    let progress = model.progress(&state);
+    // Does fairness force a step from here? If not, a run may end here.
+    let mut forced = false;
+    for (position, action) in actions.drain(..).enumerate() {
+        let optional = model.is_optional(&action);
+        let Some(next) = model.next_state(&state, action.clone()) else {
             continue;
+        };
+        worker.transitions += 1;
+        forced |= !optional;
+        if worker.no_progress.is_none() && model.progress(&next) <= progress {
+            worker.no_progress = Some((index, model.format_action(&action)));
         }
-        actions.clear();
-        model.actions(&state, &mut actions);
-        let progress = model.progress(&state);
-        let mut successors = 0;
-        // Does fairness force a step from here? If not, a run may end here.
-        let mut forced = false;
-        for action in actions.drain(..) {
-            let Some(next) = model.next_state(&state, action.clone()) else {
-                continue;
-            };
-            successors += 1;
-            forced |= !model.is_optional(&action);
-            if model.progress(&next) <= progress && out.no_progress.is_none() {
-                out.no_progress = Some((index, model.format_action(&action)));
-            }
-            let next_fp = super::state_fingerprint(model, next, symmetry, &mut buffer);
-            let shard = shard_of(next_fp);
-            if !visited[shard].contains_key(&next_fp) {
-                let batch = &mut out.per_shard[shard];
-                batch.meta.push((order, next_fp, fp));
-                batch.states.push(&buffer);
-                order += 1;
-            }
-        }
-        out.transitions += successors;
-        if !forced {
-            record_broken(
-                model,
-                &state,
-                Kind::Liveness,
-                index,
-                &mut seen_clause,
-                &mut out.violations,
-            );
+        let (arena_id, arena) = worker.arena(spares);
+        let begin = arena.len();
+        let fp = super::pack_canonical(model, next, symmetry, arena);
+        let discovery = visited::discovery(base + index as u64, position);
+        if visited.visit(fp, discovery) {
+            let len = (arena.len() - begin) as u32;
+            worker.found.push(Found {
+                fp,
+                discovery,
+                loc: Loc {
+                    arena: arena_id,
+                    start: begin as u32,
+                    len,
+                },
+            });
+        } else {
+            arena.truncate(begin);
         }
     }
-    out
+    scratch.actions = actions;
+    if !forced {
+        record_broken(model, &state, Kind::Liveness, index, scratch, worker);
+    }
 }
 
-/// Records the clauses of `kind` that `state` breaks (the first time each is seen in this
-/// chunk); returns whether it keeps them all.
+/// Records the clauses of `kind` that `state` breaks (the first time this thread sees
+/// each); returns whether it keeps them all.
 fn record_broken<M>(
     model: &M,
     state: &M::State,
     kind: Kind,
     index: usize,
-    seen_clause: &mut [bool],
-    violations: &mut Vec<(usize, usize)>,
+    scratch: &mut Scratch<M::Action>,
+    worker: &mut Worker,
 ) -> bool
 where
     M: Checkable,
@@ -324,82 +374,78 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let mut kept = true;
-    for (clause, seen) in seen_clause.iter_mut().enumerate() {
+    for (clause, seen) in scratch.seen_clause.iter_mut().enumerate() {
         if model.clause_kind(clause) == kind && !model.clause_holds(clause, state) {
             kept = false;
+            // Each thread takes chunks in frontier order, so its first sighting is its
+            // smallest index; the smallest over threads is the level's first.
             if !*seen {
                 *seen = true;
-                violations.push((clause, index));
+                worker.violations.push((clause, index));
             }
         }
     }
     kept
 }
 
-/// One shard's visited set and the batches each chunk produced for it.
-type ShardWork<'a> = (&'a mut FingerprintMap, Vec<Batch>);
-
-/// Inserts each shard's candidates into the visited set, first come first served in
-/// frontier order; returns each shard's new states in that order.
-fn merge_shards(
-    threads: usize,
-    visited: &mut [FingerprintMap],
-    per_shard: Vec<Vec<Batch>>,
-) -> Vec<Fresh> {
-    let work: Vec<Mutex<Option<ShardWork<'_>>>> = visited
+/// The next frontier: the states first found during this level, in the order of their
+/// smallest discoveries (sequential BFS order).
+fn next_level(threads: usize, visited: &Visited, workers: &mut [Worker]) -> Level {
+    // Each thread's finds, re-keyed by their first discovery and sorted: in parallel,
+    // one list per thread.
+    let lists: Vec<Mutex<Vec<Found>>> = workers
         .iter_mut()
-        .zip(per_shard)
-        .map(|pair| Mutex::new(Some(pair)))
+        .map(|w| Mutex::new(std::mem::take(&mut w.found)))
         .collect();
-    let results: Vec<Mutex<Fresh>> = (0..SHARDS).map(|_| Mutex::new(Fresh::default())).collect();
     let next = AtomicUsize::new(0);
-    let merge = || loop {
-        let shard = next.fetch_add(1, Ordering::Relaxed);
-        if shard >= SHARDS {
+    let sort = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= lists.len() {
             break;
         }
-        let Some((map, batches)) = work[shard].lock().unwrap_or_else(|e| e.into_inner()).take()
-        else {
-            continue;
-        };
-        let mut fresh = Fresh::default();
-        for batch in &batches {
-            for (i, &(order, fp, parent)) in batch.meta.iter().enumerate() {
-                if let std::collections::hash_map::Entry::Vacant(slot) = map.entry(fp) {
-                    slot.insert(parent);
-                    fresh.meta.push((order, fp));
-                    fresh.states.push(batch.states.get(i));
-                }
-            }
+        let mut list = lists[i].lock().unwrap_or_else(|e| e.into_inner());
+        for found in list.iter_mut() {
+            found.discovery = visited
+                .discovery_of(found.fp)
+                .expect("a found state is visited");
         }
-        *results[shard].lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+        list.sort_unstable_by_key(|f| f.discovery);
     };
-    run_parallel(threads, &merge);
-    results
+    run_parallel(threads.min(lists.len()), &sort);
+    let lists: Vec<Vec<Found>> = lists
         .into_iter()
         .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-        .collect()
-}
+        .collect();
 
-/// Merges the shards' new states (each in discovery order) into one level in discovery
-/// order.
-fn interleave(fresh: Vec<Fresh>) -> Level {
-    let total: usize = fresh.iter().map(|f| f.meta.len()).sum();
+    let total: usize = lists.iter().map(Vec::len).sum();
     let mut level = Level {
         fps: Vec::with_capacity(total),
-        states: Packs::default(),
+        locs: Vec::with_capacity(total),
+        arenas: Vec::new(),
     };
-    let mut heads = vec![0usize; fresh.len()];
+    // Merge the sorted lists (discoveries are unique: one per parent and action).
+    let mut heads = vec![0usize; lists.len()];
     loop {
-        let next = (0..fresh.len())
-            .filter(|&s| heads[s] < fresh[s].meta.len())
-            .min_by_key(|&s| fresh[s].meta[heads[s]].0);
-        let Some(shard) = next else { break };
-        let i = heads[shard];
-        level.fps.push(fresh[shard].meta[i].1);
-        level.states.push(fresh[shard].states.get(i));
-        heads[shard] += 1;
+        let next = (0..lists.len())
+            .filter(|&l| heads[l] < lists[l].len())
+            .min_by_key(|&l| lists[l][heads[l]].discovery);
+        let Some(l) = next else { break };
+        let found = &lists[l][heads[l]];
+        level.fps.push(found.fp);
+        level.locs.push(found.loc);
+        heads[l] += 1;
     }
-    debug_assert_eq!(level.states.len(), total);
+    // Arena ids are `worker + k * threads`; lay the arenas out by id.
+    let arena_count = workers
+        .iter()
+        .map(|w| w.id + w.arenas.len().saturating_sub(1) * w.threads + 1)
+        .max()
+        .unwrap_or(0);
+    level.arenas.resize_with(arena_count, Vec::new);
+    for worker in workers.iter_mut() {
+        for (k, arena) in worker.arenas.drain(..).enumerate() {
+            level.arenas[worker.id + k * worker.threads] = arena;
+        }
+    }
     level
 }
