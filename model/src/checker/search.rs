@@ -49,6 +49,29 @@ struct Found {
     loc: Loc,
 }
 
+/// Fingerprints a thread visited lately: a direct-mapped cache small enough for its L2.
+/// Most duplicates are diamonds between nearby states (two orders of two independent
+/// actions), which one thread meets close together; a hit skips the probe into the
+/// shared set, which is a cache miss into hundreds of megabytes. Exact: a thread's
+/// discoveries only grow (it takes chunks in frontier order, levels in BFS order), so a
+/// state it already visited keeps a smaller discovery than the one it sees now.
+struct Recent(Vec<u64>);
+
+impl Recent {
+    const BITS: u32 = 16;
+
+    fn new() -> Recent {
+        Recent(vec![0; 1 << Self::BITS])
+    }
+
+    /// Was `fp` the last fingerprint seen in its slot? Remembers it either way.
+    fn seen(&mut self, fp: u64) -> bool {
+        // Middle bits: the top ones pick the visited set's shard, the low ones its slot.
+        let slot = (fp >> 24) as usize & ((1 << Self::BITS) - 1);
+        std::mem::replace(&mut self.0[slot], fp) == fp
+    }
+}
+
 /// What one thread produced during a level.
 struct Worker {
     /// Arena ids are `id + k * threads`: distinct across threads without coordination.
@@ -61,12 +84,13 @@ struct Worker {
     /// (frontier index, action) of the first transition without progress.
     no_progress: Option<(usize, String)>,
     transitions: u64,
+    recent: Recent,
 }
 
 impl Worker {
-    /// The arena to pack the next state into, starting a new one where offsets would
-    /// overflow 32 bits.
-    fn arena(&mut self, spares: &Mutex<Vec<Vec<u8>>>) -> (u32, &mut Vec<u8>) {
+    /// The id of the arena to pack the next state into (the last one), starting a new one
+    /// where offsets would overflow 32 bits.
+    fn arena(&mut self, spares: &Mutex<Vec<Vec<u8>>>) -> u32 {
         let full = self
             .arenas
             .last()
@@ -81,8 +105,7 @@ impl Worker {
             self.arenas.push(arena);
         }
         let k = self.arenas.len() - 1;
-        let id = u32::try_from(self.id + k * self.threads).expect("arena ids fit in 32 bits");
-        (id, &mut self.arenas[k])
+        u32::try_from(self.id + k * self.threads).expect("arena ids fit in 32 bits")
     }
 }
 
@@ -119,6 +142,7 @@ where
         }
     }
     let spares: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+    let mut recents: Vec<Recent> = Vec::new();
     let clause_count = model.clause_count();
     // BFS index of the first state that breaks each clause.
     let mut first: Vec<Option<u64>> = vec![None; clause_count];
@@ -146,6 +170,7 @@ where
                     violations: Vec::new(),
                     no_progress: None,
                     transitions: 0,
+                    recent: recents.pop().unwrap_or_else(Recent::new),
                 })
             })
             .collect();
@@ -191,6 +216,7 @@ where
 
         let mut no_progress: Option<(usize, String)> = None;
         for worker in &mut workers {
+            recents.push(std::mem::replace(&mut worker.recent, Recent(Vec::new())));
             transitions += worker.transitions;
             for &(clause, index) in &worker.violations {
                 let index = base + index as u64;
@@ -282,6 +308,8 @@ fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
 /// A thread's reusable buffers.
 struct Scratch<A> {
     actions: Vec<A>,
+    /// A state's successors not recently seen: fingerprint, action position, bytes.
+    candidates: Vec<(u64, usize, std::ops::Range<usize>)>,
     seen_clause: Vec<bool>,
 }
 
@@ -289,6 +317,7 @@ impl<A> Scratch<A> {
     fn new(clause_count: usize) -> Scratch<A> {
         Scratch {
             actions: Vec::new(),
+            candidates: Vec::new(),
             seen_clause: vec![false; clause_count],
         }
     }
@@ -323,6 +352,12 @@ fn expand_state<M>(
     let progress = model.progress(&state);
     // Does fairness force a step from here? If not, a run may end here.
     let mut forced = false;
+    let arena_id = worker.arena(spares);
+    let arena = worker.arenas.last_mut().expect("a current arena");
+    let first = arena.len();
+    // Pack every successor first and prefetch where each lands in the visited set, so
+    // that their cache misses overlap instead of coming one after another.
+    let mut candidates = std::mem::take(&mut scratch.candidates);
     for (position, action) in actions.drain(..).enumerate() {
         let optional = model.is_optional(&action);
         let Some(next) = model.next_state(&state, action.clone()) else {
@@ -333,25 +368,36 @@ fn expand_state<M>(
         if worker.no_progress.is_none() && model.progress(&next) <= progress {
             worker.no_progress = Some((index, model.format_action(&action)));
         }
-        let (arena_id, arena) = worker.arena(spares);
         let begin = arena.len();
         let fp = super::pack_canonical(model, next, symmetry, arena);
+        if worker.recent.seen(fp) {
+            arena.truncate(begin);
+        } else {
+            visited.prefetch(fp);
+            candidates.push((fp, position, begin..arena.len()));
+        }
+    }
+    // Keep the new ones' bytes, packed down in place.
+    let mut end = first;
+    for (fp, position, bytes) in candidates.drain(..) {
         let discovery = visited::discovery(base + index as u64, position);
         if visited.visit(fp, discovery) {
-            let len = (arena.len() - begin) as u32;
+            let len = bytes.len();
+            arena.copy_within(bytes, end);
             worker.found.push(Found {
                 fp,
                 discovery,
                 loc: Loc {
                     arena: arena_id,
-                    start: begin as u32,
-                    len,
+                    start: end as u32,
+                    len: len as u32,
                 },
             });
-        } else {
-            arena.truncate(begin);
+            end += len;
         }
     }
+    arena.truncate(end);
+    scratch.candidates = candidates;
     scratch.actions = actions;
     if !forced {
         record_broken(model, &state, Kind::Liveness, index, scratch, worker);
