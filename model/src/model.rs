@@ -383,7 +383,7 @@ impl crate::checker::Checkable for ContractModel {
     }
 
     fn unpack(&self, bytes: &[u8]) -> State {
-        crate::pack::unpack(self.topology, bytes)
+        crate::pack::unpack(self.topology, usize::from(self.config.requests), bytes)
     }
 
     fn progress(&self, state: &State) -> u64 {

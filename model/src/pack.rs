@@ -1,71 +1,195 @@
-//! States as short byte strings. The checker keeps every frontier state packed (tens of
-//! bytes instead of hundreds) and fingerprints the packed bytes; the topology, shared by
-//! every state of a model, is left out and put back on unpacking.
+//! States as short byte strings. The checker keeps every frontier state packed and
+//! fingerprints the packed bytes, so packing runs once per transition and unpacking once
+//! per explored state: both are written by hand (a generic serde encoding spent most of
+//! its time dispatching). The topology and the request count, the same for every state
+//! of a model, are left out and put back on unpacking.
+//!
+//! Layout: per request 4 bytes (scheduler phases and flags, metadata, emissions); per
+//! P cell 2 bytes (send, store and load phases in one, notifications); one byte per
+//! handle and per D cell; incidents and one-shot bits; then both aggregators, which keep
+//! their own serde encoding (varint bincode: they are a few counters).
 
 use crate::state::{
-    DecodeCell, HandlePhase, Incidents, PrefillCell, Request, RequestId, Shape, State,
+    DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
+    PrefillPhase, Request, SendPhase, Shape, State, StorePhase,
 };
 use crate::topology::Topology;
 use bincode::Options;
-use kvcc_aggregator::Aggregator;
 use smallvec::SmallVec;
 
-fn options() -> impl Options {
-    // Variable-length integers: most cells and counts are tiny.
+fn aggregator_options() -> impl Options {
+    // Variable-length integers: most counts are tiny.
     bincode::DefaultOptions::new()
 }
 
-type Borrowed<'a> = (
-    &'a [Request],
-    &'a [PrefillCell],
-    &'a [HandlePhase],
-    &'a [DecodeCell],
-    &'a Aggregator<RequestId>,
-    &'a Aggregator<RequestId>,
-    Incidents,
-    u8,
-);
+/// A value with a one-byte code.
+trait Code: Sized {
+    fn code(self) -> u8;
+    fn decode(byte: u8) -> Self;
+}
 
-type Owned = (
-    SmallVec<[Request; 3]>,
-    SmallVec<[PrefillCell; 16]>,
-    SmallVec<[HandlePhase; 16]>,
-    SmallVec<[DecodeCell; 16]>,
-    Aggregator<RequestId>,
-    Aggregator<RequestId>,
-    Incidents,
-    u8,
-);
+fn corrupt() -> ! {
+    panic!("unpacking bytes that pack did not write")
+}
+
+/// Codes of fieldless enums: their discriminants. The match in `code` is exhaustive, so
+/// a variant added to a phase without being listed here does not compile.
+macro_rules! codes {
+    ($($ty:ident { $($variant:ident),* $(,)? })*) => {$(
+        impl Code for $ty {
+            fn code(self) -> u8 {
+                match self { $($ty::$variant => $ty::$variant as u8,)* }
+            }
+            fn decode(byte: u8) -> $ty {
+                $(if byte == $ty::$variant as u8 { return $ty::$variant; })*
+                corrupt()
+            }
+        }
+    )*};
+}
+
+codes! {
+    PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed }
+    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed }
+    SendPhase { InBatch, ToSend, Done, Reported, Cleared, Silent }
+    StorePhase { NotUsed, Storing, Stored }
+    LoadPhase { NotUsed, Loading, Done, Reported }
+    HandlePhase { NotPosted, Handshaking, Reading, Done, Failed }
+}
+
+impl Code for Metadata {
+    fn code(self) -> u8 {
+        match self {
+            Metadata::NotQueued => 0,
+            Metadata::Delivered => 1,
+            Metadata::Due(steps) => steps.checked_add(2).expect("metadata due within 253 steps"),
+        }
+    }
+
+    fn decode(byte: u8) -> Metadata {
+        match byte {
+            0 => Metadata::NotQueued,
+            1 => Metadata::Delivered,
+            steps => Metadata::Due(steps - 2),
+        }
+    }
+}
+
+impl Code for DecodeCell {
+    fn code(self) -> u8 {
+        match self {
+            DecodeCell::Idle => 0,
+            DecodeCell::Loading => 1,
+            DecodeCell::Done { failed: false } => 2,
+            DecodeCell::Done { failed: true } => 3,
+            DecodeCell::Reported => 4,
+            DecodeCell::Silent => 5,
+        }
+    }
+
+    fn decode(byte: u8) -> DecodeCell {
+        match byte {
+            0 => DecodeCell::Idle,
+            1 => DecodeCell::Loading,
+            2 => DecodeCell::Done { failed: false },
+            3 => DecodeCell::Done { failed: true },
+            4 => DecodeCell::Reported,
+            5 => DecodeCell::Silent,
+            _ => corrupt(),
+        }
+    }
+}
+
+/// `code` in a bit field of `width` bits at `shift`.
+fn field(value: impl Code, width: u32, shift: u32) -> u8 {
+    let code = value.code();
+    assert!(
+        u32::from(code) < 1 << width,
+        "a phase code outgrew its bits"
+    );
+    code << shift
+}
+
+fn unfield<T: Code>(byte: u8, width: u32, shift: u32) -> T {
+    T::decode((byte >> shift) & ((1 << width) - 1))
+}
 
 /// Appends `state`'s packed bytes to `out`.
 pub fn pack(state: &State, out: &mut Vec<u8>) {
-    let fields: Borrowed<'_> = (
-        &state.requests,
-        &state.prefill,
-        &state.handles,
-        &state.decode,
-        &state.prefill_aggregator,
-        &state.decode_aggregator,
-        state.incidents,
-        state.once,
-    );
-    options()
-        .serialize_into(out, &fields)
-        .expect("serializing into memory cannot fail");
+    for q in &state.requests {
+        out.extend_from_slice(&[
+            field(q.prefill, 3, 0)
+                | field(q.decode, 3, 3)
+                | u8::from(q.prefix_hit) << 6
+                | u8::from(q.aborted) << 7,
+            q.send_meta.code(),
+            q.recv_meta.code(),
+            q.emitted,
+        ]);
+    }
+    for cell in &state.prefill {
+        out.extend_from_slice(&[
+            field(cell.send, 3, 0) | field(cell.store, 2, 3) | field(cell.load, 2, 5),
+            cell.notifications,
+        ]);
+    }
+    out.extend(state.handles.iter().map(|&h| h.code()));
+    out.extend(state.decode.iter().map(|&d| d.code()));
+    out.extend_from_slice(&state.incidents.0.to_le_bytes());
+    out.push(state.once);
+    for aggregator in [&state.prefill_aggregator, &state.decode_aggregator] {
+        aggregator_options()
+            .serialize_into(&mut *out, aggregator)
+            .expect("serializing into memory cannot fail");
+    }
 }
 
-/// The state `pack` wrote, with its topology put back.
-pub fn unpack(topology: &'static Topology, bytes: &[u8]) -> State {
-    let (
-        requests,
-        prefill,
-        handles,
-        decode,
-        prefill_aggregator,
-        decode_aggregator,
-        incidents,
-        once,
-    ): Owned = options().deserialize(bytes).expect("bytes written by pack");
+/// The state `pack` wrote for a model of `requests` requests over `topology`.
+pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) -> State {
+    let mut take = |len: usize| -> &[u8] {
+        let (head, rest) = bytes.split_at(len);
+        bytes = rest;
+        head
+    };
+    let requests: SmallVec<[Request; 3]> = take(4 * requests)
+        .chunks_exact(4)
+        .map(|b| Request {
+            prefill: unfield(b[0], 3, 0),
+            decode: unfield(b[0], 3, 3),
+            prefix_hit: b[0] & 1 << 6 != 0,
+            aborted: b[0] & 1 << 7 != 0,
+            send_meta: Metadata::decode(b[1]),
+            recv_meta: Metadata::decode(b[2]),
+            emitted: b[3],
+        })
+        .collect();
+    let n = requests.len();
+    let prefill = take(2 * usize::from(topology.prefill_world) * n)
+        .chunks_exact(2)
+        .map(|b| PrefillCell {
+            send: unfield(b[0], 3, 0),
+            store: unfield(b[0], 2, 3),
+            load: unfield(b[0], 2, 5),
+            notifications: b[1],
+        })
+        .collect();
+    let handles = take(topology.handles.len() * n)
+        .iter()
+        .map(|&b| HandlePhase::decode(b))
+        .collect();
+    let decode = take(usize::from(topology.decode_world) * n)
+        .iter()
+        .map(|&b| DecodeCell::decode(b))
+        .collect();
+    let incidents = Incidents(u16::from_le_bytes([take(1)[0], take(1)[0]]));
+    let once = take(1)[0];
+    let mut aggregator = || {
+        aggregator_options()
+            .deserialize_from(&mut bytes)
+            .unwrap_or_else(|_| corrupt())
+    };
+    let prefill_aggregator = aggregator();
+    let decode_aggregator = aggregator();
     State {
         requests,
         prefill,
@@ -76,5 +200,54 @@ pub fn unpack(topology: &'static Topology, bytes: &[u8]) -> State {
         incidents,
         once,
         shape: Shape(topology),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code of every phase decodes to the phase that made it.
+    #[test]
+    fn codes_round_trip() {
+        fn round_trip<T: Code + Copy + PartialEq + std::fmt::Debug>(values: &[T]) {
+            for &v in values {
+                assert_eq!(T::decode(v.code()), v);
+            }
+        }
+        use DecodePhase as D;
+        use PrefillPhase as P;
+        round_trip(&[
+            P::LoadingKv,
+            P::Prefilling,
+            P::DelayFreed,
+            P::Released,
+            P::Dropped,
+            P::AbortFreed,
+        ]);
+        round_trip(&[
+            D::Pending,
+            D::Loading,
+            D::AbortedLoading,
+            D::Running,
+            D::Failed,
+            D::Freed,
+            D::Gone,
+            D::Crashed,
+        ]);
+        round_trip(&[
+            Metadata::NotQueued,
+            Metadata::Due(0),
+            Metadata::Due(3),
+            Metadata::Delivered,
+        ]);
+        round_trip(&[
+            DecodeCell::Idle,
+            DecodeCell::Loading,
+            DecodeCell::Done { failed: false },
+            DecodeCell::Done { failed: true },
+            DecodeCell::Reported,
+            DecodeCell::Silent,
+        ]);
     }
 }
