@@ -150,8 +150,8 @@ fn aggregate(
         state.incidents.set(Incidents::REOPENED);
     }
     let aggregator = match engine {
-        Engine::Prefill => &mut state.prefill_aggregator,
-        Engine::Decode => &mut state.decode_aggregator,
+        Engine::Prefill => state.prefill_aggregator_mut(),
+        Engine::Decode => state.decode_aggregator_mut(),
     };
     let outcome = aggregator.aggregate(outputs, OUTPUT_RANK);
     for violation in &outcome.violations {

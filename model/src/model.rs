@@ -17,6 +17,7 @@ use crate::state::{
 use crate::topology::Topology;
 use crate::{decoder, engine, lease, scheduler};
 use kvcc_aggregator::{Aggregator, Policy, Rank, WorkerOutput};
+use std::sync::Arc;
 
 /// Everything that can happen, named as in vLLM. Serialized into ITF traces so that
 /// `kvcc replay` can re-execute them.
@@ -141,8 +142,8 @@ impl ContractModel {
             prefill: smallvec::smallvec![cell; usize::from(t.prefill_world) * n],
             handles: smallvec::smallvec![HandlePhase::NotPosted; t.handles.len() * n],
             decode: smallvec::smallvec![DecodeCell::Idle; usize::from(t.decode_world) * n],
-            prefill_aggregator,
-            decode_aggregator: Aggregator::new(policy, t.decode_expected),
+            prefill_aggregator: Arc::new(prefill_aggregator),
+            decode_aggregator: Arc::new(Aggregator::new(policy, t.decode_expected)),
             incidents: Incidents::default(),
             once: 0,
             shape: Shape(self.topology),

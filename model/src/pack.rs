@@ -16,6 +16,7 @@ use crate::state::{
 use crate::topology::Topology;
 use bincode::Options;
 use smallvec::SmallVec;
+use std::sync::Arc;
 
 fn aggregator_options() -> impl Options {
     // Variable-length integers: most counts are tiny.
@@ -139,7 +140,7 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
     out.push(state.once);
     for aggregator in [&state.prefill_aggregator, &state.decode_aggregator] {
         aggregator_options()
-            .serialize_into(&mut *out, aggregator)
+            .serialize_into(&mut *out, &**aggregator)
             .expect("serializing into memory cannot fail");
     }
 }
@@ -188,8 +189,8 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
             .deserialize_from(&mut bytes)
             .unwrap_or_else(|_| corrupt())
     };
-    let prefill_aggregator = aggregator();
-    let decode_aggregator = aggregator();
+    let prefill_aggregator = Arc::new(aggregator());
+    let decode_aggregator = Arc::new(aggregator());
     State {
         requests,
         prefill,

@@ -17,7 +17,9 @@ pub fn finish_prefill(config: &Config, state: &mut State, r: RequestId) {
     let request = &mut state.requests[usize::from(r)];
     request.prefill = PrefillPhase::DelayFreed;
     request.send_meta = Metadata::Due(config.max_concurrent_batches);
-    state.prefill_aggregator.announce(Direction::Sending, r);
+    state
+        .prefill_aggregator_mut()
+        .announce(Direction::Sending, r);
     if config.connector == Connector::MultiOffload {
         for rank in 0..state.topology().prefill_world {
             state.prefill_cell_mut(rank, r).store = StorePhase::Storing;
@@ -31,7 +33,9 @@ pub fn admit_decode(config: &Config, state: &mut State, r: RequestId, prefix_hit
     request.decode = DecodePhase::Loading;
     request.recv_meta = Metadata::Due(config.max_concurrent_batches);
     request.prefix_hit = prefix_hit;
-    state.decode_aggregator.announce(Direction::Recving, r);
+    state
+        .decode_aggregator_mut()
+        .announce(Direction::Recving, r);
 }
 
 /// A client abort reaches both schedulers.
@@ -46,7 +50,9 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
         }
         PrefillPhase::DelayFreed if config.scheduler.abort_finished == AbortFinished::Free => {
             request.prefill = PrefillPhase::AbortFreed;
-            state.prefill_aggregator.retire(Direction::Sending, &r);
+            state
+                .prefill_aggregator_mut()
+                .retire(Direction::Sending, &r);
         }
         _ => {}
     }
@@ -57,7 +63,7 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
             AbortLoading::DelayFree => request.decode = DecodePhase::AbortedLoading,
             AbortLoading::FreeAtOnce => {
                 request.decode = DecodePhase::Freed;
-                state.decode_aggregator.retire(Direction::Recving, &r);
+                state.decode_aggregator_mut().retire(Direction::Recving, &r);
             }
         },
         _ => {}

@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 /// A request id in the model: its index, `0..requests`.
 pub type RequestId = u8;
@@ -235,10 +236,13 @@ pub struct State {
     pub handles: SmallVec<[HandlePhase; 16]>,
     /// Per (D rank, request).
     pub decode: SmallVec<[DecodeCell; 16]>,
-    /// P's aggregator: the real one.
-    pub prefill_aggregator: Aggregator<RequestId>,
-    /// D's aggregator: the real one.
-    pub decode_aggregator: Aggregator<RequestId>,
+    /// P's aggregator: the real one. Shared copy-on-write: most transitions (reads,
+    /// notifications, leases) leave both aggregators alone, and cloning their maps for
+    /// every successor was a tenth of the search. Mutate through
+    /// [`State::prefill_aggregator_mut`].
+    pub prefill_aggregator: Arc<Aggregator<RequestId>>,
+    /// D's aggregator: the real one, shared as P's is.
+    pub decode_aggregator: Arc<Aggregator<RequestId>>,
     pub incidents: Incidents,
     /// One-shot faults and announcements already used: bit 0 P output lost, bit 1 D
     /// output lost, bit 2 count announced.
@@ -280,6 +284,16 @@ impl State {
     pub fn decode_cell_mut(&mut self, rank: Rank, r: RequestId) -> &mut DecodeCell {
         let n = self.requests.len();
         &mut self.decode[usize::from(rank) * n + usize::from(r)]
+    }
+
+    /// P's aggregator, unshared first if another state holds it too.
+    pub fn prefill_aggregator_mut(&mut self) -> &mut Aggregator<RequestId> {
+        Arc::make_mut(&mut self.prefill_aggregator)
+    }
+
+    /// D's aggregator, unshared first if another state holds it too.
+    pub fn decode_aggregator_mut(&mut self) -> &mut Aggregator<RequestId> {
+        Arc::make_mut(&mut self.decode_aggregator)
     }
 
     pub fn topology(&self) -> &'static Topology {
