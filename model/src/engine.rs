@@ -36,12 +36,15 @@ pub fn prefill_step(
     output_lost: bool,
     announce: bool,
 ) -> Vec<WorkerOutput<RequestId>> {
-    for r in 0..state.request_count() as RequestId {
-        if advance(&mut state.requests[usize::from(r)].send_meta) {
-            rank::receive_send_metadata(config, state, r);
+    for worker in 0..state.topology().prefill_world {
+        for r in 0..state.request_count() as RequestId {
+            let send = rank::send_at_poll(config, state, worker, r);
+            state.prefill_cell_mut(worker, r).send = send;
         }
     }
-    rank::mark_batch_synthetic(config, state);
+    for r in 0..state.request_count() as RequestId {
+        advance(&mut state.requests[usize::from(r)].send_meta);
+    }
 
     let mut outputs = Vec::new();
     for worker in 0..state.topology().prefill_world {
