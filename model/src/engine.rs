@@ -3,6 +3,7 @@
 //! in rank order, and the scheduler acts on what the aggregator emits.
 
 use crate::config::{AggregatorPolicy, Config};
+use crate::offload::{self, StoresDone};
 use crate::state::{
     DecodeCell, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
 };
@@ -29,12 +30,14 @@ fn advance(meta: &mut Metadata) -> bool {
 
 /// A P engine step. `output_lost`: the output rank's output is missing, so the whole
 /// step's reports are dropped. `announce`: the output rank announces a new count.
+/// `stores_done`: the offloading stores that have completed by the workers' poll.
 /// Returns the worker outputs handed to the aggregator (what a recorder would log).
 pub fn prefill_step(
     config: &Config,
     state: &mut State,
     output_lost: bool,
     announce: bool,
+    stores_done: StoresDone,
 ) -> Vec<WorkerOutput<RequestId>> {
     for worker in 0..state.topology().prefill_world {
         for r in 0..state.request_count() as RequestId {
@@ -45,6 +48,7 @@ pub fn prefill_step(
     for r in 0..state.request_count() as RequestId {
         advance(&mut state.requests[usize::from(r)].send_meta);
     }
+    offload::complete(state, stores_done);
 
     let mut outputs = Vec::new();
     for worker in 0..state.topology().prefill_world {

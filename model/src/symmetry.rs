@@ -22,7 +22,7 @@
 //! the quorum is the first E in rank order, so renaming ranks changes what it remembers.
 //! Under `Strict` the reduction is off: sound, at the price of more states.
 
-use crate::state::State;
+use crate::state::{RequestId, State};
 use kvcc_aggregator::{Policy, Rank};
 
 impl State {
@@ -60,6 +60,33 @@ impl State {
         };
         next.sort_replica_columns();
         next
+    }
+
+    /// Partitions `cells` (P worker, request) into classes of cells that a symmetry fixing
+    /// this state permutes: replicas with equal cells in one request column. Cells of
+    /// other ranks, and every cell under `Strict`, stand alone. Choosing any j cells of a
+    /// class leads to symmetric successors, so one choice per count covers them all.
+    /// Classes and their members keep the order of `cells`.
+    pub fn interchangeable_cells(
+        &self,
+        cells: &[(Rank, RequestId)],
+    ) -> Vec<Vec<(Rank, RequestId)>> {
+        let replica = |k: Rank| self.symmetric() && self.topology().replicas.contains(&k);
+        let mut classes: Vec<Vec<(Rank, RequestId)>> = Vec::new();
+        for &(rank, r) in cells {
+            let class = classes.iter_mut().find(|class| {
+                let (other, q) = class[0];
+                replica(rank)
+                    && replica(other)
+                    && q == r
+                    && self.prefill_cell(other, q) == self.prefill_cell(rank, r)
+            });
+            match class {
+                Some(class) => class.push((rank, r)),
+                None => classes.push(vec![(rank, r)]),
+            }
+        }
+        classes
     }
 
     /// Sorts each request column of the replicas' cells in place (an insertion sort over
