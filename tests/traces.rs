@@ -329,3 +329,55 @@ fn replay_of_a_step_outside_the_topology_does_not_reproduce_exit_1() {
     assert!(stdout.contains("step 2 ("), "{stdout}");
     assert!(stdout.contains("this model does not have"), "{stdout}");
 }
+
+/// A P step under MultiConnector names the offloading stores its poll finds done: the
+/// action carries them through ITF, the text and the diagram say which, and the trace
+/// replays.
+#[test]
+fn issue6_a_step_that_finds_stores_done_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    check_with_traces(&fixture("multi-offload-lost-output.toml"), dir.path(), &[]);
+    let name = format!("multi-offload-lost-output__{CLAUSE}");
+    let doc = itf(&dir.path().join(format!("{name}.itf.json")));
+    let stores = serde_json::json!([{"rank": 0, "request": 0}, {"rank": 1, "request": 0}]);
+    let step = doc["states"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["#meta"]["action"]["stores-done"] == stores)
+        .expect("a step finds both stores done");
+    assert_eq!(step["P rank1 req0 offload store"], "stored");
+    let text = read(&dir.path().join(format!("{name}.txt")));
+    assert!(
+        text.contains("[offloading stores done by the poll: req0 on ranks 0, 1]"),
+        "{text}"
+    );
+    let diagram = read(&dir.path().join(format!("{name}.md")));
+    assert!(
+        diagram.contains("[stores done: req0 on ranks 0, 1]"),
+        "{diagram}"
+    );
+    let trace = dir.path().join(format!("{name}.itf.json"));
+    let (code, stdout, stderr) = run(&["replay", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+}
+
+#[test]
+fn issue6_a_store_outside_the_topology_does_not_reproduce_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    check_with_traces(&fixture("multi-offload-lost-output.toml"), dir.path(), &[]);
+    let trace = dir
+        .path()
+        .join(format!("multi-offload-lost-output__{CLAUSE}.itf.json"));
+    let mut doc = itf(&trace);
+    let states = doc["states"].as_array_mut().unwrap();
+    let step = states
+        .iter_mut()
+        .find(|s| s["#meta"]["action"]["stores-done"].is_array())
+        .expect("a step finds stores done");
+    step["#meta"]["action"]["stores-done"] = serde_json::json!([{"rank": 7, "request": 0}]);
+    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
+    let (code, stdout, stderr) = run(&["replay", trace.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("this model does not have"), "{stdout}");
+}

@@ -181,9 +181,9 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::DecodeAdmits { request, .. }
         | Action::DecoderCrashes { request }
         | Action::ClientAborts { request } => request_ok(request),
-        Action::PrefillWorkerLoads { rank, request }
-        | Action::OffloadStoreCompletes { rank, request }
-        | Action::LeaseExpires { rank, request } => prefill_ok(rank) && request_ok(request),
+        Action::PrefillWorkerLoads { rank, request } | Action::LeaseExpires { rank, request } => {
+            prefill_ok(rank) && request_ok(request)
+        }
         Action::HandshakeCompletes {
             decoder, request, ..
         } => decoder < t.decode_world && request_ok(request),
@@ -191,7 +191,10 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
             handle, request, ..
         }
         | Action::ReadFails { handle, request } => handle_ok(handle) && request_ok(request),
-        Action::PrefillEngineSteps { .. } | Action::DecodeEngineSteps { .. } => true,
+        Action::PrefillEngineSteps { stores_done, .. } => stores_done
+            .iter()
+            .all(|(rank, request)| prefill_ok(rank) && request_ok(request)),
+        Action::DecodeEngineSteps { .. } => true,
     }
 }
 

@@ -5,6 +5,7 @@
 //! the ITF trace format stores these maps as its states.
 
 use crate::model::{Action, ContractModel};
+use crate::offload::StoresDone;
 use crate::state::{
     DecodeCell, HandlePhase, LoadPhase, Metadata, PrefillPhase, SendPhase, State, StorePhase,
 };
@@ -22,14 +23,18 @@ pub fn action(model: &ContractModel, action: &Action) -> String {
         Action::PrefillWorkerLoads { rank, request } => {
             format!("P rank {rank}: its KV load of req{request} completes")
         }
-        Action::OffloadStoreCompletes { rank, request } => {
-            format!("P rank {rank}: offloading store of req{request} completes")
-        }
         Action::PrefillEngineSteps {
             output_lost,
             announces_count,
+            stores_done,
         } => {
             let mut line = "P engine step: metadata to workers, outputs aggregated, scheduler frees what is emitted".to_string();
+            if !stores_done.is_empty() {
+                line += &format!(
+                    " [offloading stores done by the poll: {}]",
+                    stores(&stores_done)
+                );
+            }
             if announces_count {
                 line += &format!(
                     " [rank 0 announces expected_finished_count={}]",
@@ -89,6 +94,22 @@ pub fn action(model: &ContractModel, action: &Action) -> String {
     }
 }
 
+/// The stores of a step, by request: `req0 on ranks 1, 2; req1 on rank 0`.
+pub fn stores(stores: &StoresDone) -> String {
+    let mut by_request: BTreeMap<u8, Vec<String>> = BTreeMap::new();
+    for (rank, r) in stores.iter() {
+        by_request.entry(r).or_default().push(rank.to_string());
+    }
+    by_request
+        .iter()
+        .map(|(r, ranks)| {
+            let noun = if ranks.len() == 1 { "rank" } else { "ranks" };
+            format!("req{r} on {noun} {}", ranks.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Who reads from whom through `handle`; an action from a trace may name a handle this
 /// topology does not have, and is then described, not trusted.
 fn read(topology: &crate::topology::Topology, handle: u16) -> String {
@@ -103,7 +124,6 @@ pub fn action_name(action: &Action) -> &'static str {
     match action {
         Action::PrefillFinishes { .. } => "PrefillFinishes",
         Action::PrefillWorkerLoads { .. } => "PrefillWorkerLoads",
-        Action::OffloadStoreCompletes { .. } => "OffloadStoreCompletes",
         Action::PrefillEngineSteps { .. } => "PrefillEngineSteps",
         Action::LeaseExpires { .. } => "LeaseExpires",
         Action::DecodeAdmits { .. } => "DecodeAdmits",

@@ -3,6 +3,7 @@
 //! in rank order, and the scheduler acts on what the aggregator emits.
 
 use crate::config::{AggregatorPolicy, Config};
+use crate::offload::{self, StoresDone};
 use crate::state::{
     DecodeCell, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
 };
@@ -29,19 +30,25 @@ fn advance(meta: &mut Metadata) -> bool {
 
 /// A P engine step. `output_lost`: the output rank's output is missing, so the whole
 /// step's reports are dropped. `announce`: the output rank announces a new count.
+/// `stores_done`: the offloading stores that have completed by the workers' poll.
 /// Returns the worker outputs handed to the aggregator (what a recorder would log).
 pub fn prefill_step(
     config: &Config,
     state: &mut State,
     output_lost: bool,
     announce: bool,
+    stores_done: StoresDone,
 ) -> Vec<WorkerOutput<RequestId>> {
-    for r in 0..state.request_count() as RequestId {
-        if advance(&mut state.requests[usize::from(r)].send_meta) {
-            rank::receive_send_metadata(config, state, r);
+    for worker in 0..state.topology().prefill_world {
+        for r in 0..state.request_count() as RequestId {
+            let send = rank::send_at_poll(config, state, worker, r);
+            state.prefill_cell_mut(worker, r).send = send;
         }
     }
-    rank::mark_batch_synthetic(config, state);
+    for r in 0..state.request_count() as RequestId {
+        advance(&mut state.requests[usize::from(r)].send_meta);
+    }
+    offload::complete(state, stores_done);
 
     let mut outputs = Vec::new();
     for worker in 0..state.topology().prefill_world {

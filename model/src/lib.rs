@@ -4,7 +4,7 @@
 //! How a scenario flows: a [`config::Config`] (from a spec file) fixes topology and
 //! behaviours; [`topology`] derives who reads whom; [`model::ContractModel`] is the
 //! stateright model, whose `next_state` drives the domain modules — [`rank`] (P workers),
-//! [`lease`], [`decoder`] (D workers), [`scheduler`] and [`engine`] (steps through the real
+//! [`offload`] (MultiConnector's CPU stores), [`lease`], [`decoder`] (D workers), [`scheduler`] and [`engine`] (steps through the real
 //! aggregator); [`properties`] names the contract clauses; [`checker`] explores the state
 //! graph and returns a verdict with replayed, shortest counterexamples; [`describe`] puts
 //! states and actions into vLLM's vocabulary for traces.
@@ -16,6 +16,7 @@ pub mod describe;
 pub mod engine;
 pub mod lease;
 pub mod model;
+pub mod offload;
 pub mod pack;
 pub mod properties;
 pub mod rank;

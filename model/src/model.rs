@@ -9,6 +9,7 @@
 //! property), which keeps the state graph acyclic.
 
 use crate::config::{Config, PrefixHit};
+use crate::offload::{self, StoresDone};
 use crate::properties::{Kind, CLAUSES};
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
@@ -34,14 +35,15 @@ pub enum Action {
     PrefillFinishes { request: RequestId },
     /// A P worker finishes loading its own copy of a request's KV.
     PrefillWorkerLoads { rank: Rank, request: RequestId },
-    /// The offloading child's CPU store finishes on a P worker.
-    OffloadStoreCompletes { rank: Rank, request: RequestId },
     /// A P engine step: metadata reaches the workers, their outputs are aggregated, the
     /// scheduler frees what is emitted. Faults: the output rank's output is lost;
-    /// the output rank announces a new `expected_finished_count`.
+    /// the output rank announces a new `expected_finished_count`. Under MultiConnector,
+    /// the offloading stores the workers' poll finds completed (see [`crate::offload`]).
     PrefillEngineSteps {
         output_lost: bool,
         announces_count: bool,
+        #[serde(default, skip_serializing_if = "StoresDone::is_empty")]
+        stores_done: StoresDone,
     },
     /// A P rank's lease on a request expires: it reports the request as sent.
     LeaseExpires { rank: Rank, request: RequestId },
@@ -166,9 +168,6 @@ impl ContractModel {
                 if cell.load == LoadPhase::Loading {
                     actions.push(Action::PrefillWorkerLoads { rank, request: r });
                 }
-                if cell.store == StorePhase::Storing {
-                    actions.push(Action::OffloadStoreCompletes { rank, request: r });
-                }
                 if lease::may_expire(c, state, rank, r) {
                     actions.push(Action::LeaseExpires { rank, request: r });
                 }
@@ -234,6 +233,7 @@ impl ContractModel {
             }
         }
         if scheduler::prefill_steps(c, state) {
+            let stores = offload::choices(c, state);
             let lost = [
                 false,
                 faults.missing_output_rank && state.once & State::ONCE_PREFILL_OUTPUT_LOST == 0,
@@ -254,10 +254,13 @@ impl ContractModel {
                     .filter(|&(i, on)| i == 0 || on)
                     .map(|(_, on)| on)
                 {
-                    actions.push(Action::PrefillEngineSteps {
-                        output_lost,
-                        announces_count,
-                    });
+                    for &stores_done in &stores {
+                        actions.push(Action::PrefillEngineSteps {
+                            output_lost,
+                            announces_count,
+                            stores_done,
+                        });
+                    }
                 }
             }
         }
@@ -285,18 +288,17 @@ impl ContractModel {
             Action::PrefillWorkerLoads { rank, request } => {
                 next.prefill_cell_mut(rank, request).load = LoadPhase::Done
             }
-            Action::OffloadStoreCompletes { rank, request } => {
-                next.prefill_cell_mut(rank, request).store = StorePhase::Stored
-            }
             Action::PrefillEngineSteps {
                 output_lost,
                 announces_count,
+                stores_done,
             } => {
                 observation.prefill_outputs = Some(engine::prefill_step(
                     c,
                     &mut next,
                     output_lost,
                     announces_count,
+                    stores_done,
                 ))
             }
             Action::LeaseExpires { rank, request } => {

@@ -8,51 +8,46 @@
 
 use crate::config::{Config, ReplicatedReports};
 use crate::state::RequestId;
-use crate::state::{PrefillPhase, SendPhase, State, StorePhase};
+use crate::state::{Metadata, PrefillPhase, SendPhase, State, StorePhase};
 use kvcc_aggregator::Rank;
 
-/// `start_load_kv` on every P rank: the request's send metadata arrives.
-pub fn receive_send_metadata(config: &Config, state: &mut State, r: RequestId) {
-    for rank in 0..state.topology().prefill_world {
-        let transfer = state.topology().is_transfer(rank);
-        let cell = state.prefill_cell_mut(rank, r);
-        cell.send = match (transfer, cell.send) {
-            // Already read in full before the metadata came: not armed again.
-            (_, SendPhase::Done | SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent) => {
-                cell.send
-            }
-            (true, _) => SendPhase::ToSend,
-            (false, _) => match config.producer.replicated_reports {
-                ReplicatedReports::Nothing => SendPhase::Silent,
-                ReplicatedReports::Synthetic | ReplicatedReports::SyntheticOnBatch => {
-                    SendPhase::Done
-                }
-            },
-        };
+/// The send phase `rank` has for `r` when this step's poll runs: `start_load_kv` if the
+/// request's send metadata arrives with this step, then the broken twin's batch marking.
+/// The engine applies it before polling; the offloading stores' choice reads it (which
+/// stores can matter to this poll).
+pub fn send_at_poll(config: &Config, state: &State, rank: Rank, r: RequestId) -> SendPhase {
+    let request = &state.requests[usize::from(r)];
+    let transfer = state.topology().is_transfer(rank);
+    let mut send = state.prefill_cell(rank, r).send;
+    if request.send_meta == Metadata::Due(1) {
+        send = armed(config, transfer, send);
     }
+    // The broken twin `synthetic-on-batch`: replicas mark every request of their batch
+    // done, whether or not it will ever be sent.
+    let in_batch = matches!(
+        request.prefill,
+        PrefillPhase::Prefilling | PrefillPhase::DelayFreed
+    );
+    if config.producer.replicated_reports == ReplicatedReports::SyntheticOnBatch
+        && !transfer
+        && in_batch
+        && send == SendPhase::InBatch
+    {
+        send = SendPhase::Done;
+    }
+    send
 }
 
-/// The broken twin `synthetic-on-batch`: replicas mark every request of their batch done,
-/// whether or not it will ever be sent.
-pub fn mark_batch_synthetic(config: &Config, state: &mut State) {
-    if config.producer.replicated_reports != ReplicatedReports::SyntheticOnBatch {
-        return;
-    }
-    for r in 0..state.request_count() as RequestId {
-        let in_batch = matches!(
-            state.requests[usize::from(r)].prefill,
-            PrefillPhase::Prefilling | PrefillPhase::DelayFreed
-        );
-        if !in_batch {
-            continue;
-        }
-        for i in 0..state.topology().replicas.len() {
-            let rank = state.topology().replicas[i];
-            let cell = state.prefill_cell_mut(rank, r);
-            if cell.send == SendPhase::InBatch {
-                cell.send = SendPhase::Done;
-            }
-        }
+/// `start_load_kv` on one P rank: what its send phase becomes when the metadata arrives.
+fn armed(config: &Config, transfer: bool, send: SendPhase) -> SendPhase {
+    match (transfer, send) {
+        // Already read in full before the metadata came: not armed again.
+        (_, SendPhase::Done | SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent) => send,
+        (true, _) => SendPhase::ToSend,
+        (false, _) => match config.producer.replicated_reports {
+            ReplicatedReports::Nothing => SendPhase::Silent,
+            ReplicatedReports::Synthetic | ReplicatedReports::SyntheticOnBatch => SendPhase::Done,
+        },
     }
 }
 

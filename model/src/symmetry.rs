@@ -1,21 +1,37 @@
 //! Symmetry reduction: interchangeable ranks collapse to one canonical state.
 //!
-//! Two kinds of blocks are interchangeable (see [`Topology`]): replicated PCP ranks > 0,
-//! each on its own, and transfer groups (P ranks with the D ranks that read them, and
-//! their handles). The representative sorts each kind of block by its contents. Sorting
-//! is a canonical form for a full permutation group acting on blocks, so symmetric states
-//! get one fingerprint, and every member of a class gets the same representative (which
-//! replaying a counterexample through concrete states relies on).
+//! Two kinds of blocks are interchangeable (see [`crate::topology::Topology`]): transfer groups (P ranks
+//! with the D ranks that read them, and their handles), as whole rows; and replicated PCP
+//! ranks > 0, *per request*. A replica's cells for different requests never meet: every
+//! action touches one (rank, request) cell, `Countdown` counts reports per id without
+//! asking who sent them, a worker reports a request from that request's cell alone, and
+//! every property quantifies over all ranks of one request. So permuting the replicas of
+//! one request column, independently of the other columns, maps behaviours to behaviours
+//! and keeps every clause; the group is the product of one full permutation group per
+//! column. (The output rank, whose output alone can drop a step or announce a count, is
+//! rank 0: PCP rank 0's, never a replica.)
+//!
+//! The representative sorts the transfer groups by their rows and each request column of
+//! the replicas by its cells: sorting is a canonical form for a full permutation group,
+//! and a product of groups acting on disjoint cells is canonicalised part by part. So
+//! symmetric states get one fingerprint, and every member of a class gets the same
+//! representative (which replaying a counterexample through concrete states relies on).
 //!
 //! Only the `Countdown` aggregator is symmetric: it has no reporter identity. `Strict`
 //! remembers which ranks formed a quorum, and when more than E reports arrive in one step
 //! the quorum is the first E in rank order, so renaming ranks changes what it remembers.
 //! Under `Strict` the reduction is off: sound, at the price of more states.
 
-use crate::state::State;
+use crate::state::{RequestId, State};
 use kvcc_aggregator::{Policy, Rank};
 
 impl State {
+    /// Are interchangeable ranks really interchangeable in this state's model? Not under
+    /// `Strict` (module docs).
+    pub fn symmetric(&self) -> bool {
+        self.prefill_aggregator.policy() != Policy::Strict
+    }
+
     /// The canonical member of this state's symmetry class.
     pub fn representative(&self) -> State {
         self.clone().into_representative()
@@ -24,28 +40,77 @@ impl State {
     /// [`State::representative`], reusing this state when it is already canonical (the
     /// common case, which then costs no allocation).
     pub fn into_representative(self) -> State {
-        if self.prefill_aggregator.policy() == Policy::Strict {
+        if !self.symmetric() {
             return self;
         }
-        let Some((prefill_from, decode_from, handle_from)) = self.canonical_order() else {
-            return self;
+        let mut next = match self.group_order() {
+            None => self,
+            Some((prefill_from, decode_from, handle_from)) => {
+                let n = self.request_count();
+                let mut next = self;
+                next.prefill = gather(
+                    prefill_from.iter().map(|&k| usize::from(k)),
+                    &next.prefill,
+                    n,
+                );
+                next.decode = gather(decode_from.iter().map(|&k| usize::from(k)), &next.decode, n);
+                next.handles = gather(handle_from.iter().copied(), &next.handles, n);
+                next
+            }
         };
-        let n = self.request_count();
-        let mut next = self;
-        next.prefill = gather(
-            prefill_from.iter().map(|&k| usize::from(k)),
-            &next.prefill,
-            n,
-        );
-        next.decode = gather(decode_from.iter().map(|&k| usize::from(k)), &next.decode, n);
-        next.handles = gather(handle_from.iter().copied(), &next.handles, n);
+        next.sort_replica_columns();
         next
     }
 
-    /// For each slot, the old rank (or handle) whose row moves there; None when every row
-    /// already stands in canonical order.
+    /// Partitions `cells` (P worker, request) into classes of cells that a symmetry fixing
+    /// this state permutes: replicas with equal cells in one request column. Cells of
+    /// other ranks, and every cell under `Strict`, stand alone. Choosing any j cells of a
+    /// class leads to symmetric successors, so one choice per count covers them all.
+    /// Classes and their members keep the order of `cells`.
+    pub fn interchangeable_cells(
+        &self,
+        cells: &[(Rank, RequestId)],
+    ) -> Vec<Vec<(Rank, RequestId)>> {
+        let replica = |k: Rank| self.symmetric() && self.topology().replicas.contains(&k);
+        let mut classes: Vec<Vec<(Rank, RequestId)>> = Vec::new();
+        for &(rank, r) in cells {
+            let class = classes.iter_mut().find(|class| {
+                let (other, q) = class[0];
+                replica(rank)
+                    && replica(other)
+                    && q == r
+                    && self.prefill_cell(other, q) == self.prefill_cell(rank, r)
+            });
+            match class {
+                Some(class) => class.push((rank, r)),
+                None => classes.push(vec![(rank, r)]),
+            }
+        }
+        classes
+    }
+
+    /// Sorts each request column of the replicas' cells in place (an insertion sort over
+    /// the column's strided positions: no allocation, and columns are nearly always
+    /// sorted already).
+    fn sort_replica_columns(&mut self) {
+        let n = self.request_count();
+        let replicas = &self.shape.0.replicas;
+        let at = |i: usize, r: usize| usize::from(replicas[i]) * n + r;
+        for r in 0..n {
+            for i in 1..replicas.len() {
+                let mut j = i;
+                while j > 0 && self.prefill[at(j - 1, r)] > self.prefill[at(j, r)] {
+                    self.prefill.swap(at(j - 1, r), at(j, r));
+                    j -= 1;
+                }
+            }
+        }
+    }
+
+    /// For each slot, the old rank (or handle) whose row moves there when the transfer
+    /// groups are sorted; None when they already stand in canonical order.
     #[allow(clippy::type_complexity)]
-    fn canonical_order(&self) -> Option<(Vec<Rank>, Vec<Rank>, Vec<usize>)> {
+    fn group_order(&self) -> Option<(Vec<Rank>, Vec<Rank>, Vec<usize>)> {
         let topology = self.topology();
         let n = self.request_count();
         let prefill_row =
@@ -54,10 +119,6 @@ impl State {
             |rank: Rank| &self.decode[usize::from(rank) * n..(usize::from(rank) + 1) * n];
         let handle_row = |h: usize| &self.handles[h * n..(h + 1) * n];
 
-        let replicas_sorted = topology
-            .replicas
-            .windows(2)
-            .all(|w| prefill_row(w[0]) <= prefill_row(w[1]));
         // Groups compare by their rows in order: P ranks, then D ranks, then handles
         // (the derived order of the tuple of row lists, without building it).
         let compare_groups = |a: usize, b: usize| -> std::cmp::Ordering {
@@ -71,19 +132,13 @@ impl State {
                 .then_with(|| handles.cmp(b.handles.iter().map(|&h| handle_row(h))))
         };
         let group_count = topology.groups.len();
-        let groups_sorted = (1..group_count).all(|g| compare_groups(g - 1, g).is_le());
-        if replicas_sorted && groups_sorted {
+        if (1..group_count).all(|g| compare_groups(g - 1, g).is_le()) {
             return None;
         }
 
         let mut prefill_from: Vec<Rank> = (0..topology.prefill_world).collect();
         let mut decode_from: Vec<Rank> = (0..topology.decode_world).collect();
         let mut handle_from: Vec<usize> = (0..topology.handles.len()).collect();
-        let mut replicas = topology.replicas.clone();
-        replicas.sort_by_key(|&a| prefill_row(a));
-        for (slot, &old) in topology.replicas.iter().zip(&replicas) {
-            prefill_from[usize::from(*slot)] = old;
-        }
         let mut order: Vec<usize> = (0..group_count).collect();
         order.sort_by(|&a, &b| compare_groups(a, b));
         for (slot, &old) in order.iter().enumerate() {

@@ -2,7 +2,7 @@
 //! renders (one arrow or note per step), then the steps with what they changed.
 
 use super::{Step, Trace};
-use kvcc_model::Action;
+use kvcc_model::{describe, Action};
 use std::fmt::Write;
 
 /// More ranks than this on one side collapse into one participant.
@@ -123,15 +123,15 @@ impl Lanes {
                 let (p, who) = self.rank("P", rank);
                 format!("Note over {p}: {who}req{request} KV load done")
             }
-            Action::OffloadStoreCompletes { rank, request } => {
-                let (p, who) = self.rank("P", rank);
-                format!("Note over {p}: {who}req{request} offload store done")
-            }
             Action::PrefillEngineSteps {
                 output_lost,
                 announces_count,
+                stores_done,
             } => {
                 let mut label = engine_summary("P", step);
+                if !stores_done.is_empty() {
+                    label += &format!(" [stores done: {}]", describe::stores(&stores_done));
+                }
                 if announces_count {
                     label += " [count announced]";
                 }
