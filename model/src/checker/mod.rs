@@ -7,9 +7,13 @@
 //!
 //! - level-synchronous BFS over canonical (symmetry-reduced) states, so every clause's
 //!   counterexample is a shortest path to its first violating state;
-//! - deterministic whatever the thread count or fingerprint function: states are sharded
-//!   by fingerprint into a fixed number of shards, each level is merged shard by shard in
-//!   frontier order, and the next frontier is put back in discovery (BFS) order;
+//! - deterministic whatever the thread count: threads deduplicate successors in one shared
+//!   visited set as they generate them, each state keeps its smallest discovery (parent's
+//!   BFS index, then action position), and the next frontier is sorted by it — so parents,
+//!   frontier order and counterexamples are those of a sequential BFS (`visited.rs`);
+//! - states are kept packed by the model ([`Checkable::pack`]) in arenas recycled level
+//!   to level: memory is the visited set (~20 bytes a state), one fingerprint per state
+//!   for paths, and two levels of packed states;
 //! - every transition must grow [`Checkable::progress`], which proves the explored graph
 //!   acyclic; liveness clauses are then sound to check where runs may end: states where
 //!   no action that fairness forces is enabled (only faults, or nothing). A transition
