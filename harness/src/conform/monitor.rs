@@ -23,7 +23,7 @@
 //! the grace is still classified as the model classifies it (a resend, or one beyond E).
 
 use super::format::{Engine, EventKind};
-use super::intern::{FnvBuild, IdNum, Interner};
+use super::intern::{IdNum, Interner, WordHashBuild};
 use kvcc_aggregator::{
     Aggregator, ConcurrentAggregator, Direction, FrontError, Policy, Rank, Step, StepOutcome,
     ViolationKind, WorkerOutput,
@@ -179,7 +179,7 @@ pub struct Setup {
 /// The monitors of one engine's run.
 pub struct Monitor {
     setup: Setup,
-    tracked: HashMap<IdNum, Tracked, FnvBuild>,
+    tracked: HashMap<IdNum, Tracked, WordHashBuild>,
     /// Steps at which to try forgetting these ids.
     due: BTreeMap<Step, Vec<IdNum>>,
     current: Vec<StepReport>,
