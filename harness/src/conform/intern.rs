@@ -77,6 +77,19 @@ struct Slot {
     last_seen: AtomicU64,
 }
 
+impl Slot {
+    /// Records a mention at `step` and returns the id. Most mentions are not the latest
+    /// (eight ranks report an id over a few steps), and those only read: a write would
+    /// take the cache line, shared with the key every reader compares, from the others.
+    /// A forget racing with this takes the write lock, so it sees the new step.
+    fn seen_at(&self, step: Step) -> IdNum {
+        if self.last_seen.load(Ordering::Relaxed) < step {
+            self.last_seen.fetch_max(step, Ordering::Relaxed);
+        }
+        self.id
+    }
+}
+
 #[derive(Default)]
 struct Shard {
     by_name: HashMap<Arc<str>, Slot, WordHashBuild>,
@@ -121,15 +134,12 @@ impl Interner {
     pub fn intern(&self, name: &str, step: Step) -> IdNum {
         let index = (WordHashBuild::default().hash_one(name) as usize) & (SHARDS - 1);
         if let Some(slot) = self.read(index).by_name.get(name) {
-            // A forget racing with this takes the write lock, so it sees the new step.
-            slot.last_seen.fetch_max(step, Ordering::Relaxed);
-            return slot.id;
+            return slot.seen_at(step);
         }
         let mut shard = self.write(index);
         if let Some(slot) = shard.by_name.get(name) {
             // Interned by another reader between the two locks.
-            slot.last_seen.fetch_max(step, Ordering::Relaxed);
-            return slot.id;
+            return slot.seen_at(step);
         }
         let id = (shard.next << SHARD_BITS) | index as u64;
         shard.next += 1;
