@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use crate::core::{Aggregator, Direction, Rank, StepOutcome, WorkerOutput};
-use crate::sync::{Condvar, Mutex, MutexGuard};
+use crate::sync::{thread, Condvar, Mutex, MutexGuard};
 
 /// An engine step number, as the executor counts them.
 pub type Step = u64;
@@ -171,6 +171,9 @@ pub struct ConcurrentAggregator<Id: Ord> {
 
 /// Outputs of one step, in arrival order (sorted by rank when the step completes).
 type Outputs<Id> = Vec<WorkerOutput<Id>>;
+
+/// Times `recv` gives way to other threads before it sleeps on an empty queue.
+const YIELDS_BEFORE_WAITING: u32 = 2;
 
 /// Output buffers kept for reuse, so a steady stream of steps allocates none.
 const SPARE_BUFFERS_MAX: usize = 64;
@@ -327,6 +330,7 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     /// every outcome has been taken.
     pub fn recv(&self) -> Result<Option<(Step, StepOutcome<Id>)>, FrontError> {
         let mut hub = self.lock_hub()?;
+        let mut yields = 0;
         loop {
             if let Some(emitted) = hub.emitted.pop_front() {
                 return Ok(Some(emitted));
@@ -334,6 +338,15 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
             // A step completed before `close` is still owed to the consumer.
             if hub.closed && hub.ready.is_empty() && !hub.aggregating {
                 return Ok(None);
+            }
+            if yields < YIELDS_BEFORE_WAITING {
+                // Lets the ranks run first: a consumer that sleeps whenever it has caught
+                // up costs them a wake-up (a syscall and a context switch) per step.
+                yields += 1;
+                drop(hub);
+                thread::yield_now();
+                hub = self.lock_hub()?;
+                continue;
             }
             hub.waiting += 1;
             hub = self
