@@ -25,7 +25,8 @@
 //! takes the aggregating role, if no thread holds it, and aggregates complete steps in
 //! step order outside the hub, while the other ranks keep submitting; a step completed
 //! meanwhile is queued for the role holder. A consumer is signalled only when one is
-//! waiting, and outputs are dropped outside both locks. Buffered outputs are removed
+//! waiting (`recv` first gives way to the ranks, so it rarely does), and outputs are
+//! dropped outside both locks. Buffered outputs are removed
 //! when their step completes, so memory follows in-flight steps. Bad input never panics:
 //! every misuse is a [`FrontError`].
 
