@@ -15,10 +15,12 @@
 //! [`Policy::Countdown`] keeps vLLM's blind spots on purpose (no reporter identity), so
 //! the model can show what they cost. [`Policy::Strict`] knows who reported and returns
 //! every report it cannot account for as a typed [`Violation`] instead of counting it.
-//! Only `BTreeMap`/`BTreeSet` are used: the model hashes this struct into its state and
-//! replays paths through it, which needs a deterministic iteration order.
+//! Only `BTreeMap`/`BTreeSet` and canonical rank bitsets are used: the model hashes this
+//! struct into its state and replays paths through it, which needs a deterministic
+//! iteration order and one representation per logical content.
 
-use std::collections::{BTreeMap, BTreeSet};
+use smallvec::SmallVec;
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::fmt;
 
 /// A worker's global rank in its engine (`0..world_size`).
@@ -169,24 +171,56 @@ impl<Id: Ord> StepOutcome<Id> {
     }
 }
 
-/// An open countdown for one (direction, id).
+/// A set of ranks as a bitset: one word covers the world sizes kvcc models (≤ 64)
+/// without allocating, larger ranks spill to the heap. Canonical, so derived `Eq`, `Ord`,
+/// `Hash` and serde see logical contents: words are only ever set, and only up to the
+/// word holding the highest rank inserted, so the last word is never zero.
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Countdown {
-    /// Reports still needed before emission.
-    remaining: u32,
-    /// Ranks counted so far; always empty under `Countdown`, which has no identity.
-    reporters: BTreeSet<Rank>,
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct RankSet {
+    words: SmallVec<[u64; 1]>,
 }
 
-/// Where a (direction, id) stands in its lifetime; tracked by `Strict` only.
+impl RankSet {
+    fn of(rank: Rank) -> Self {
+        let mut set = RankSet::default();
+        set.insert(rank);
+        set
+    }
+
+    fn contains(&self, rank: Rank) -> bool {
+        let (word, bit) = (usize::from(rank) / 64, rank % 64);
+        self.words.get(word).is_some_and(|w| w & (1u64 << bit) != 0)
+    }
+
+    fn insert(&mut self, rank: Rank) {
+        let (word, bit) = (usize::from(rank) / 64, rank % 64);
+        if word >= self.words.len() {
+            self.words.resize(word + 1, 0);
+        }
+        self.words[word] |= 1u64 << bit;
+    }
+}
+
+/// Everything known about one (direction, id), so a report costs one map lookup. Absent
+/// means: no countdown open and, under `Strict`, not announced.
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Lifetime {
-    /// Announced by the scheduler, no quorum yet.
+enum Entry {
+    /// `Strict` only: announced by the scheduler, no report counted yet.
     Announced,
-    /// Emitted to the scheduler; the quorum that emitted it.
-    Emitted(BTreeSet<Rank>),
+    /// A countdown is open.
+    Open {
+        /// Reports still needed before emission; never 0 (emission closes it).
+        remaining: u32,
+        /// Ranks counted so far; always empty under `Countdown`, which has no identity.
+        reporters: RankSet,
+        /// `Strict`: still announced (false once retired while open, when later reports
+        /// are refused as unannounced). Always false under `Countdown`.
+        announced: bool,
+    },
+    /// `Strict` only: emitted to the scheduler by this quorum, announced until retired.
+    Emitted { quorum: RankSet },
 }
 
 /// The aggregator for one engine. See the module docs for the semantics.
@@ -196,12 +230,10 @@ pub struct Aggregator<Id: Ord> {
     policy: Policy,
     /// `E` for countdowns opened from now on.
     expected: u32,
-    sending: BTreeMap<Id, Countdown>,
-    recving: BTreeMap<Id, Countdown>,
+    sending: BTreeMap<Id, Entry>,
+    recving: BTreeMap<Id, Entry>,
     /// `failed_recving` ids waiting for their receive quorum.
     pending_failed: BTreeSet<Id>,
-    /// `Strict` only: the lifetime of every announced (direction, id).
-    lifetimes: BTreeMap<(Direction, Id), Lifetime>,
 }
 
 impl<Id: Ord + Clone> Aggregator<Id> {
@@ -214,7 +246,6 @@ impl<Id: Ord + Clone> Aggregator<Id> {
             sending: BTreeMap::new(),
             recving: BTreeMap::new(),
             pending_failed: BTreeSet::new(),
-            lifetimes: BTreeMap::new(),
         }
     }
 
@@ -238,17 +269,25 @@ impl<Id: Ord + Clone> Aggregator<Id> {
 
     /// Reports still needed for an open countdown, if one is open.
     pub fn remaining(&self, direction: Direction, id: &Id) -> Option<u32> {
-        self.countdowns(direction).get(id).map(|c| c.remaining)
+        match self.entries(direction).get(id) {
+            Some(Entry::Open { remaining, .. }) => Some(*remaining),
+            _ => None,
+        }
     }
 
     /// Open countdowns in one direction.
     pub fn open_ids(&self, direction: Direction) -> impl Iterator<Item = &Id> {
-        self.countdowns(direction).keys()
+        self.entries(direction)
+            .iter()
+            .filter(|(_, entry)| matches!(entry, Entry::Open { .. }))
+            .map(|(id, _)| id)
     }
 
     /// Open countdowns plus pending failures: what "bounded aggregator state" watches.
     pub fn open_entries(&self) -> usize {
-        self.sending.len() + self.recving.len() + self.pending_failed.len()
+        self.open_ids(Direction::Sending).count()
+            + self.open_ids(Direction::Recving).count()
+            + self.pending_failed.len()
     }
 
     /// Failed loads waiting for their receive quorum.
@@ -259,15 +298,34 @@ impl<Id: Ord + Clone> Aggregator<Id> {
     /// The scheduler expects reports for `id` in `direction` (a delay-free for sends, a
     /// remote load for receives). `Countdown` ignores this, like vLLM.
     pub fn announce(&mut self, direction: Direction, id: Id) {
-        if self.policy == Policy::Strict {
-            self.lifetimes.insert((direction, id), Lifetime::Announced);
+        if self.policy == Policy::Countdown {
+            return;
+        }
+        let entry = self
+            .entries_mut(direction)
+            .entry(id)
+            .or_insert(Entry::Announced);
+        match entry {
+            Entry::Open { announced, .. } => *announced = true,
+            // A new lifetime: the old quorum no longer refuses anything.
+            Entry::Emitted { .. } => *entry = Entry::Announced,
+            Entry::Announced => {}
         }
     }
 
-    /// The scheduler has forgotten `id`: later reports for it are `Unannounced`.
+    /// The scheduler has forgotten `id`: later reports for it are `Unannounced`. An open
+    /// countdown stays open (and keeps what it counted) in case `id` is announced again.
     pub fn retire(&mut self, direction: Direction, id: &Id) {
-        if self.policy == Policy::Strict {
-            self.lifetimes.remove(&(direction, id.clone()));
+        if self.policy == Policy::Countdown {
+            return;
+        }
+        let entries = self.entries_mut(direction);
+        match entries.get_mut(id) {
+            Some(Entry::Open { announced, .. }) => *announced = false,
+            Some(Entry::Announced | Entry::Emitted { .. }) => {
+                entries.remove(id);
+            }
+            None => {}
         }
     }
 
@@ -311,68 +369,106 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         outcome
     }
 
-    fn countdowns(&self, direction: Direction) -> &BTreeMap<Id, Countdown> {
+    fn entries(&self, direction: Direction) -> &BTreeMap<Id, Entry> {
         match direction {
             Direction::Sending => &self.sending,
             Direction::Recving => &self.recving,
         }
     }
 
-    fn report(&mut self, rank: Rank, direction: Direction, id: &Id, outcome: &mut StepOutcome<Id>) {
-        if let Some(kind) = self.refusal(rank, direction, id) {
-            outcome.violations.push(Violation {
-                kind,
-                direction,
-                id: id.clone(),
-                rank,
-            });
-            return;
-        }
-        let strict = self.policy == Policy::Strict;
-        let expected = self.expected;
-        let countdowns = match direction {
+    fn entries_mut(&mut self, direction: Direction) -> &mut BTreeMap<Id, Entry> {
+        match direction {
             Direction::Sending => &mut self.sending,
             Direction::Recving => &mut self.recving,
-        };
-        let countdown = countdowns.entry(id.clone()).or_insert_with(|| Countdown {
-            remaining: expected,
-            reporters: BTreeSet::new(),
-        });
-        countdown.remaining -= 1;
-        if strict {
-            countdown.reporters.insert(rank);
-        }
-        if countdown.remaining == 0 {
-            let quorum = countdowns
-                .remove(id)
-                .map(|c| c.reporters)
-                .unwrap_or_default();
-            if strict {
-                self.lifetimes
-                    .insert((direction, id.clone()), Lifetime::Emitted(quorum));
-            }
-            outcome.finished_mut(direction).insert(id.clone());
         }
     }
 
-    /// Why `Strict` will not count this report; `None` under `Countdown`.
-    fn refusal(&self, rank: Rank, direction: Direction, id: &Id) -> Option<ViolationKind> {
-        if self.policy == Policy::Countdown {
-            return None;
-        }
-        match self.lifetimes.get(&(direction, id.clone())) {
-            None => Some(ViolationKind::Unannounced),
-            Some(Lifetime::Emitted(quorum)) if quorum.contains(&rank) => {
-                Some(ViolationKind::ReportAfterEmission)
+    /// Counts one report, or records why `Strict` refuses it, with one map lookup.
+    fn report(&mut self, rank: Rank, direction: Direction, id: &Id, outcome: &mut StepOutcome<Id>) {
+        let strict = self.policy == Policy::Strict;
+        let expected = self.expected;
+        let mut slot = match self.entries_mut(direction).entry(id.clone()) {
+            // `Countdown` opens a countdown at the current `E` on any first report, which
+            // counts at once.
+            btree_map::Entry::Vacant(vacant) if !strict => {
+                if expected == 1 {
+                    outcome.finished_mut(direction).insert(id.clone());
+                } else {
+                    vacant.insert(Entry::Open {
+                        remaining: expected - 1,
+                        reporters: RankSet::default(),
+                        announced: false,
+                    });
+                }
+                return;
             }
-            Some(Lifetime::Emitted(_)) => Some(ViolationKind::ReportBeyondExpected),
-            Some(Lifetime::Announced) => {
-                let open = self.countdowns(direction).get(id);
-                open.filter(|c| c.reporters.contains(&rank))
-                    .map(|_| ViolationKind::DuplicateReport)
+            btree_map::Entry::Vacant(_) => {
+                return refuse(outcome, ViolationKind::Unannounced, direction, id, rank)
             }
+            btree_map::Entry::Occupied(occupied) => occupied,
+        };
+        let entry = slot.get_mut();
+        let mut refused = |kind| refuse(outcome, kind, direction, id, rank);
+        let quorum = match entry {
+            Entry::Announced if expected > 1 => {
+                *entry = Entry::Open {
+                    remaining: expected - 1,
+                    reporters: RankSet::of(rank),
+                    announced: true,
+                };
+                return;
+            }
+            Entry::Announced => RankSet::of(rank),
+            Entry::Open { announced, .. } if strict && !*announced => {
+                return refused(ViolationKind::Unannounced)
+            }
+            Entry::Open { reporters, .. } if reporters.contains(rank) => {
+                return refused(ViolationKind::DuplicateReport)
+            }
+            Entry::Open {
+                remaining,
+                reporters,
+                ..
+            } => {
+                *remaining -= 1;
+                if strict {
+                    reporters.insert(rank);
+                }
+                if *remaining > 0 {
+                    return;
+                }
+                std::mem::take(reporters)
+            }
+            Entry::Emitted { quorum } if quorum.contains(rank) => {
+                return refused(ViolationKind::ReportAfterEmission)
+            }
+            Entry::Emitted { .. } => return refused(ViolationKind::ReportBeyondExpected),
+        };
+        // The countdown reached zero: emit. `Strict` remembers who emitted, to classify
+        // later reports; `Countdown` forgets the id, as vLLM does.
+        if strict {
+            *entry = Entry::Emitted { quorum };
+        } else {
+            slot.remove();
         }
+        outcome.finished_mut(direction).insert(id.clone());
     }
+}
+
+/// Records a report `Strict` would not count.
+fn refuse<Id: Ord + Clone>(
+    outcome: &mut StepOutcome<Id>,
+    kind: ViolationKind,
+    direction: Direction,
+    id: &Id,
+    rank: Rank,
+) {
+    outcome.violations.push(Violation {
+        kind,
+        direction,
+        id: id.clone(),
+        rank,
+    });
 }
 
 #[cfg(test)]
@@ -551,6 +647,43 @@ mod tests {
         assert_eq!(
             agg.aggregate(&[a, b], 0).invalid_block_ids,
             BTreeSet::from([1, 2, 3])
+        );
+    }
+
+    /// Ranks beyond one bitset word (world sizes over 64) are told apart like any other,
+    /// and the same quorum reached in a different order is the same state.
+    #[test]
+    fn strict_tells_ranks_beyond_64_apart_and_states_are_canonical() {
+        let announced = || {
+            let mut agg = Aggregator::new(Policy::Strict, 3);
+            agg.announce(Direction::Sending, 1);
+            agg
+        };
+        let mut agg = announced();
+        let step = agg.aggregate(&[sends(0, &[1]), sends(64, &[1]), sends(64, &[1])], 0);
+        let kinds: Vec<_> = step.violations.iter().map(|v| (v.kind, v.rank)).collect();
+        assert_eq!(kinds, vec![(ViolationKind::DuplicateReport, 64)]);
+        let step = agg.aggregate(&[sends(0, &[]), sends(65_535, &[1])], 0);
+        assert_eq!(step.finished_sending, BTreeSet::from([1]));
+        let step = agg.aggregate(&[sends(0, &[]), sends(65_535, &[1]), sends(63, &[1])], 0);
+        let kinds: Vec<_> = step.violations.iter().map(|v| (v.kind, v.rank)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (ViolationKind::ReportAfterEmission, 65_535),
+                (ViolationKind::ReportBeyondExpected, 63)
+            ]
+        );
+
+        let mut reordered = announced();
+        reordered.aggregate(&[sends(65_535, &[1]), sends(0, &[1]), sends(64, &[1])], 0);
+        let mut forward = announced();
+        forward.aggregate(&[sends(0, &[1]), sends(64, &[1]), sends(65_535, &[1])], 0);
+        assert_eq!(reordered, forward, "equal quorums, equal states");
+        assert_eq!(
+            reordered.cmp(&forward),
+            std::cmp::Ordering::Equal,
+            "and equal in the order the model sorts by"
         );
     }
 }

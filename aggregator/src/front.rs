@@ -18,16 +18,23 @@
 //! - every aggregated step is queued exactly once as `(step, StepOutcome)` for a consumer
 //!   to [`drain`](ConcurrentAggregator::drain) or [`recv`](ConcurrentAggregator::recv).
 //!
-//! One mutex guards the core, the buffered outputs and the emitted queue; the expensive
-//! part under it is the core itself, which must see steps one at a time anyway. Buffered
-//! outputs are removed when their step is aggregated, so memory follows in-flight steps.
-//! Bad input never panics: every misuse is a [`FrontError`].
+//! Two mutexes, so that ranks never wait for the core. The hub, held only briefly,
+//! records each submission, buffers its output, decides which submission completes a
+//! step (the last one, because ranks only move forward), and queues outcomes for the
+//! consumer. The core has its own lock: the thread whose submission completes a step
+//! takes the aggregating role, if no thread holds it, and aggregates complete steps in
+//! step order outside the hub, while the other ranks keep submitting; a step completed
+//! meanwhile is queued for the role holder. A consumer is signalled only when one is
+//! waiting (`recv` first gives way to the ranks, so it rarely does), and outputs are
+//! dropped outside both locks. Buffered outputs are removed
+//! when their step completes, so memory follows in-flight steps. Bad input never panics:
+//! every misuse is a [`FrontError`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 
 use crate::core::{Aggregator, Direction, Rank, StepOutcome, WorkerOutput};
-use crate::sync::{Condvar, Mutex, MutexGuard};
+use crate::sync::{thread, Condvar, Mutex, MutexGuard};
 
 /// An engine step number, as the executor counts them.
 pub type Step = u64;
@@ -134,13 +141,18 @@ impl std::error::Error for FrontError {}
 /// How a submission's critical section is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum CriticalSection {
-    /// Record the submission and aggregate the step it completes under one lock hold.
+    /// Record the submission and decide whether it completes its step under one hold of
+    /// the hub.
     Atomic,
     /// A broken twin kept so the loom and shuttle suites prove they can catch this race:
-    /// the lock is released between recording a submission and checking whether its step
-    /// is complete, so two ranks can both find the step complete and both emit it (the
+    /// the hub is released between recording a submission and checking whether its step
+    /// is complete, so two ranks can both find the step complete and both queue it (the
     /// second time without outputs, its buffer already taken).
     CheckThenAct,
+    /// The other broken twin, of the aggregating role: its holder finds no step queued,
+    /// releases the hub, and only then gives the role up, so a step queued in between
+    /// finds the role held and is never aggregated.
+    RoleReleasedLate,
 }
 
 /// vLLM's executor in front of the aggregator core: rank threads submit per-step
@@ -151,21 +163,41 @@ pub struct ConcurrentAggregator<Id: Ord> {
     output_rank: Rank,
     first_step: Step,
     critical_section: CriticalSection,
-    state: Mutex<State<Id>>,
-    /// Signalled when an outcome is queued or the front is closed.
+    hub: Mutex<Hub<Id>>,
+    /// Taken by the aggregating role for one step at a time, and by the passthroughs.
+    core: Mutex<Aggregator<Id>>,
+    /// Signalled when a waiting consumer has an outcome to take or the front is closed.
     emitted_or_closed: Condvar,
 }
 
-/// Everything the lock guards.
-struct State<Id: Ord> {
-    core: Aggregator<Id>,
+/// Outputs of one step, in arrival order (sorted by rank when the step completes).
+type Outputs<Id> = Vec<WorkerOutput<Id>>;
+
+/// Times `recv` gives way to other threads before it sleeps on an empty queue.
+const YIELDS_BEFORE_WAITING: u32 = 2;
+
+/// Output buffers kept for reuse, so a steady stream of steps allocates none.
+const SPARE_BUFFERS_MAX: usize = 64;
+
+/// Everything the hub lock guards.
+struct Hub<Id: Ord> {
     /// The latest step each rank submitted; `None` before its first submission.
     last_step: Vec<Option<Step>>,
-    /// Outputs of steps not yet aggregated, by step then rank so they reach the core in
-    /// rank order. A missing report leaves nothing here: the core never sees that rank.
-    pending: BTreeMap<Step, BTreeMap<Rank, WorkerOutput<Id>>>,
+    /// Steps completed so far: step `first_step + completed` is the oldest incomplete.
+    completed: u64,
+    /// `pending[i]`: the outputs of step `first_step + completed + i`. A missing report
+    /// leaves nothing here: the core never sees that rank.
+    pending: VecDeque<Outputs<Id>>,
+    /// Complete steps waiting for the core, in step order.
+    ready: VecDeque<(Step, Outputs<Id>)>,
+    /// A thread holds the aggregating role: it alone takes steps from `ready`, which is
+    /// what keeps the core's steps in order.
+    aggregating: bool,
     /// Aggregated steps not yet taken by a consumer, in step order.
     emitted: VecDeque<(Step, StepOutcome<Id>)>,
+    /// Consumers blocked in `recv`: only they need a signal.
+    waiting: usize,
+    spare: Vec<Outputs<Id>>,
     closed: bool,
 }
 
@@ -180,7 +212,7 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         Self::build(core, world_size, output_rank, CriticalSection::Atomic)
     }
 
-    /// The broken twin: identical except that a submission releases the lock between
+    /// The broken twin: identical except that a submission releases the hub between
     /// recording its output and checking whether its step is complete, so a step can be
     /// emitted twice. It exists only so the loom and shuttle suites can prove they catch
     /// that race; never use it for anything else.
@@ -191,6 +223,24 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         output_rank: Rank,
     ) -> Result<Self, FrontError> {
         Self::build(core, world_size, output_rank, CriticalSection::CheckThenAct)
+    }
+
+    /// The role's broken twin: identical except that the aggregating role is given up
+    /// in a second hold of the hub after finding nothing queued, so a step completed in
+    /// between is stranded. It exists only so the loom suite can prove it catches that
+    /// race; never use it for anything else.
+    #[doc(hidden)]
+    pub fn with_racy_role_release(
+        core: Aggregator<Id>,
+        world_size: u32,
+        output_rank: Rank,
+    ) -> Result<Self, FrontError> {
+        Self::build(
+            core,
+            world_size,
+            output_rank,
+            CriticalSection::RoleReleasedLate,
+        )
     }
 
     fn build(
@@ -210,11 +260,15 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         }
         let ranks = usize::try_from(world_size)
             .map_err(|_| FrontError::WorldSizeOutOfRange { world_size })?;
-        let state = State {
-            core,
+        let hub = Hub {
             last_step: vec![None; ranks],
-            pending: BTreeMap::new(),
+            completed: 0,
+            pending: VecDeque::new(),
+            ready: VecDeque::new(),
+            aggregating: false,
             emitted: VecDeque::new(),
+            waiting: 0,
+            spare: Vec::new(),
             closed: false,
         };
         Ok(ConcurrentAggregator {
@@ -222,7 +276,8 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
             output_rank,
             first_step: 0,
             critical_section,
-            state: Mutex::new(state),
+            hub: Mutex::new(hub),
+            core: Mutex::new(core),
             emitted_or_closed: Condvar::new(),
         })
     }
@@ -256,37 +311,50 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     /// have been aggregated by then; announce before any rank submits the step whose
     /// reports it must precede.
     pub fn announce(&self, direction: Direction, id: Id) -> Result<(), FrontError> {
-        self.lock()?.core.announce(direction, id);
+        self.lock_core()?.announce(direction, id);
         Ok(())
     }
 
     /// Passed to [`Aggregator::retire`] at once, like [`announce`](Self::announce).
     pub fn retire(&self, direction: Direction, id: &Id) -> Result<(), FrontError> {
-        self.lock()?.core.retire(direction, id);
+        self.lock_core()?.retire(direction, id);
         Ok(())
     }
 
     /// Every outcome emitted since the last `drain` or `recv`, in step order, without
     /// waiting.
     pub fn drain(&self) -> Result<Vec<(Step, StepOutcome<Id>)>, FrontError> {
-        Ok(self.lock()?.emitted.drain(..).collect())
+        Ok(self.lock_hub()?.emitted.drain(..).collect())
     }
 
     /// The next emitted outcome, waiting for one; `None` once the front is closed and
     /// every outcome has been taken.
     pub fn recv(&self) -> Result<Option<(Step, StepOutcome<Id>)>, FrontError> {
-        let mut state = self.lock()?;
+        let mut hub = self.lock_hub()?;
+        let mut yields = 0;
         loop {
-            if let Some(emitted) = state.emitted.pop_front() {
+            if let Some(emitted) = hub.emitted.pop_front() {
                 return Ok(Some(emitted));
             }
-            if state.closed {
+            // A step completed before `close` is still owed to the consumer.
+            if hub.closed && hub.ready.is_empty() && !hub.aggregating {
                 return Ok(None);
             }
-            state = self
+            if yields < YIELDS_BEFORE_WAITING {
+                // Lets the ranks run first: a consumer that sleeps whenever it has caught
+                // up costs them a wake-up (a syscall and a context switch) per step.
+                yields += 1;
+                drop(hub);
+                thread::yield_now();
+                hub = self.lock_hub()?;
+                continue;
+            }
+            hub.waiting += 1;
+            hub = self
                 .emitted_or_closed
-                .wait(state)
+                .wait(hub)
                 .map_err(|_| FrontError::Poisoned)?;
+            hub.waiting -= 1;
         }
     }
 
@@ -294,20 +362,21 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     /// returns `None` once the queue is empty. Steps still incomplete stay buffered (see
     /// [`buffered_steps`](Self::buffered_steps)) and are never aggregated.
     pub fn close(&self) -> Result<(), FrontError> {
-        self.lock()?.closed = true;
+        self.lock_hub()?.closed = true;
         self.emitted_or_closed.notify_all();
         Ok(())
     }
 
     /// Steps holding at least one output and still waiting for some rank.
     pub fn buffered_steps(&self) -> Result<usize, FrontError> {
-        Ok(self.lock()?.pending.len())
+        let hub = self.lock_hub()?;
+        Ok(hub.pending.iter().filter(|o| !o.is_empty()).count())
     }
 
-    /// Reads the core under the lock, e.g. for end-of-run checks. `read` must not call
+    /// Reads the core under its lock, e.g. for end-of-run checks. `read` must not call
     /// back into this front: the lock is not reentrant.
     pub fn with_core<R>(&self, read: impl FnOnce(&Aggregator<Id>) -> R) -> Result<R, FrontError> {
-        Ok(read(&self.lock()?.core))
+        Ok(read(&*self.lock_core()?))
     }
 
     /// A copy of the core as it is now.
@@ -315,8 +384,12 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         self.with_core(Aggregator::clone)
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, State<Id>>, FrontError> {
-        self.state.lock().map_err(|_| FrontError::Poisoned)
+    fn lock_hub(&self) -> Result<MutexGuard<'_, Hub<Id>>, FrontError> {
+        self.hub.lock().map_err(|_| FrontError::Poisoned)
+    }
+
+    fn lock_core(&self) -> Result<MutexGuard<'_, Aggregator<Id>>, FrontError> {
+        self.core.lock().map_err(|_| FrontError::Poisoned)
     }
 
     fn submit(
@@ -325,25 +398,61 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         rank: Rank,
         output: Option<WorkerOutput<Id>>,
     ) -> Result<(), FrontError> {
-        let mut state = self.lock()?;
-        state.accept(rank, step, self.world_size, self.first_step)?;
+        let mut hub = self.lock_hub()?;
+        hub.accept(rank, step, self.world_size, self.first_step)?;
         if let Some(output) = output {
-            state.pending.entry(step).or_default().insert(rank, output);
+            hub.buffer(step, self.first_step, self.world_size, output);
         }
         if self.critical_section == CriticalSection::CheckThenAct {
-            drop(state);
-            state = self.lock()?;
+            drop(hub);
+            hub = self.lock_hub()?;
         }
-        let emitted = state.aggregate_if_complete(step, self.output_rank);
-        drop(state);
-        if emitted {
+        if !hub.is_complete(step) {
+            return Ok(());
+        }
+        let outputs = hub.take(step, self.first_step);
+        hub.ready.push_back((step, outputs));
+        if hub.aggregating {
+            // The role holder takes this step after the ones before it.
+            return Ok(());
+        }
+        hub.aggregating = true;
+        self.aggregate_ready(hub)
+    }
+
+    /// The aggregating role: aggregates queued steps one at a time, holding the core but
+    /// not the hub, until none is left. Steps queued meanwhile by other threads are
+    /// taken too, so no step waits for a thread that has moved on.
+    fn aggregate_ready<'a>(&'a self, mut hub: MutexGuard<'a, Hub<Id>>) -> Result<(), FrontError> {
+        while let Some((step, mut outputs)) = hub.ready.pop_front() {
+            drop(hub);
+            // Ranks are unique within a step, so the order is total and deterministic.
+            outputs.sort_unstable_by_key(|o| o.rank);
+            let outcome = self.lock_core()?.aggregate(&outputs, self.output_rank);
+            outputs.clear();
+            hub = self.lock_hub()?;
+            if hub.spare.len() < SPARE_BUFFERS_MAX {
+                hub.spare.push(outputs);
+            }
+            hub.emitted.push_back((step, outcome));
+            if hub.waiting > 0 {
+                self.emitted_or_closed.notify_all();
+            }
+        }
+        if self.critical_section == CriticalSection::RoleReleasedLate {
+            drop(hub);
+            hub = self.lock_hub()?;
+        }
+        hub.aggregating = false;
+        // A consumer of a closed front waits for the role to end, not for an outcome.
+        if hub.closed && hub.waiting > 0 {
             self.emitted_or_closed.notify_all();
         }
         Ok(())
     }
 }
 
-impl<Id: Ord + Clone> State<Id> {
+impl<Id: Ord + Clone> Hub<Id> {
     /// Records that `rank` submitted `step`, if that is the step it owes next.
     fn accept(
         &mut self,
@@ -383,27 +492,38 @@ impl<Id: Ord + Clone> State<Id> {
         }
     }
 
-    /// Aggregates `step` if every rank has now submitted it. Exactly one submission finds
-    /// that, the last one, because ranks only move forward. Steps complete in step order
-    /// because each rank submits consecutive steps, so a step's predecessors were
-    /// completed, and aggregated under the same lock hold, by earlier submissions.
-    fn aggregate_if_complete(&mut self, step: Step, output_rank: Rank) -> bool {
-        let complete = self
-            .last_step
-            .iter()
-            .all(|last| last.is_some_and(|last| last >= step));
-        if !complete {
-            return false;
+    /// Buffers `output` for `step`, which this rank was just accepted for.
+    fn buffer(&mut self, step: Step, first_step: Step, world_size: u32, output: WorkerOutput<Id>) {
+        // Accepted steps are never complete yet, so never before the oldest incomplete.
+        let index = usize::try_from(step - first_step - self.completed)
+            .expect("a rank runs at most memory-many steps ahead");
+        while self.pending.len() <= index {
+            let buffer = self.spare.pop().unwrap_or_else(|| {
+                Vec::with_capacity(usize::try_from(world_size).unwrap_or(0).min(64))
+            });
+            self.pending.push_back(buffer);
         }
-        // No entry means every rank reported missing: the core gets nothing and drops it.
-        let outputs: Vec<WorkerOutput<Id>> = self
-            .pending
-            .remove(&step)
-            .unwrap_or_default()
-            .into_values()
-            .collect();
-        let outcome = self.core.aggregate(&outputs, output_rank);
-        self.emitted.push_back((step, outcome));
-        true
+        self.pending[index].push(output);
+    }
+
+    /// Whether every rank has now submitted `step`. Under one hold of the hub with the
+    /// submission, exactly one submission finds that, the last one, because ranks only
+    /// move forward; and steps complete in step order, because each rank submits
+    /// consecutive steps, so a step's predecessors were completed by earlier submissions.
+    fn is_complete(&self, step: Step) -> bool {
+        self.last_step
+            .iter()
+            .all(|last| last.is_some_and(|last| last >= step))
+    }
+
+    /// The outputs of `step`, which just completed, removed from the buffer.
+    fn take(&mut self, step: Step, first_step: Step) -> Outputs<Id> {
+        if step != first_step + self.completed {
+            // Only the racy twin completes a step twice: its buffer is already taken.
+            return Vec::new();
+        }
+        self.completed += 1;
+        // No buffer means every rank reported missing: the core gets nothing and drops it.
+        self.pending.pop_front().unwrap_or_default()
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! - [`core::Aggregator`] — deterministic, sans-IO, `Clone + Hash + Eq`: the stateright
 //!   model calls it from `next_state`, proptest compares it with a set-based reference;
-//! - [`front::ConcurrentAggregator`] — the same core behind a lock, with rank threads
+//! - [`front::ConcurrentAggregator`] — the same core behind its own lock, with rank threads
 //!   reporting concurrently and a consumer draining emitted ids; loom and shuttle check
 //!   it, and `kvcc conform` runs recorded deployments through it.
 

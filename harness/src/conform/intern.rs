@@ -12,7 +12,8 @@
 use kvcc_aggregator::Step;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A request id as the aggregator sees it.
 pub type IdNum = u64;
@@ -20,48 +21,86 @@ pub type IdNum = u64;
 const SHARD_BITS: u32 = 5;
 const SHARDS: usize = 1 << SHARD_BITS;
 
-/// FNV-1a: request ids are short strings, and SipHash's DoS resistance buys nothing for
-/// a log the user hands us.
+/// A multiply-rotate hash taking eight bytes at a time (rustc's FxHash, with a final
+/// mix so the low bits a table indexes by depend on every word): request ids are ~40-byte
+/// strings hashed by every reader for every report, where a byte-at-a-time hash was most
+/// of interning's cost, and SipHash's DoS resistance buys nothing for a log the user
+/// hands us.
 #[derive(Default, Clone, Copy)]
-pub struct Fnv(u64);
+pub struct WordHash(u64);
 
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
+impl WordHash {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
     }
 }
 
-pub type FnvBuild = BuildHasherDefault<Fnv>;
+impl Hasher for WordHash {
+    fn finish(&self) -> u64 {
+        let h = self.0;
+        (h ^ (h >> 32)).wrapping_mul(SEED) ^ (h >> 29)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        let mut tail = [0u8; 8];
+        let rest = chunks.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        // The length keeps "a" and "a\0" apart.
+        self.add(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 56));
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+}
+
+pub type WordHashBuild = BuildHasherDefault<WordHash>;
 
 struct Slot {
     id: IdNum,
-    /// The latest step a reader or the scheduler log mentioned this string at.
-    last_seen: Step,
+    /// The latest step a reader or the scheduler log mentioned this string at. Atomic so
+    /// that mentions of known strings, nearly all of them, need only a shared lock.
+    last_seen: AtomicU64,
+}
+
+impl Slot {
+    /// Records a mention at `step` and returns the id. Most mentions are not the latest
+    /// (eight ranks report an id over a few steps), and those only read: a write would
+    /// take the cache line, shared with the key every reader compares, from the others.
+    /// A forget racing with this takes the write lock, so it sees the new step.
+    fn seen_at(&self, step: Step) -> IdNum {
+        if self.last_seen.load(Ordering::Relaxed) < step {
+            self.last_seen.fetch_max(step, Ordering::Relaxed);
+        }
+        self.id
+    }
 }
 
 #[derive(Default)]
 struct Shard {
-    by_name: HashMap<Arc<str>, Slot, FnvBuild>,
-    by_id: HashMap<IdNum, Arc<str>, FnvBuild>,
+    by_name: HashMap<Arc<str>, Slot, WordHashBuild>,
+    by_id: HashMap<IdNum, Arc<str>, WordHashBuild>,
     next: u64,
 }
 
-/// Sharded by the string's hash, so reader threads rarely wait on each other.
+/// Sharded by the string's hash. Every rank's reader meets the same id at about the same
+/// time, so a shard is read-locked: readers of a known string never wait for each other.
 pub struct Interner {
-    shards: Vec<Mutex<Shard>>,
+    shards: Vec<RwLock<Shard>>,
 }
 
 impl Default for Interner {
@@ -73,25 +112,34 @@ impl Default for Interner {
 impl Interner {
     pub fn new() -> Interner {
         Interner {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
         }
     }
 
-    fn shard(&self, index: usize) -> MutexGuard<'_, Shard> {
-        // A panic while holding a shard leaves a consistent map (every update is a single
-        // insert or remove), so a poisoned lock is still usable.
+    // A panic while holding a shard leaves a consistent map (every update is a single
+    // insert or remove), so a poisoned lock is still usable.
+    fn read(&self, index: usize) -> RwLockReadGuard<'_, Shard> {
         self.shards[index]
-            .lock()
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self, index: usize) -> RwLockWriteGuard<'_, Shard> {
+        self.shards[index]
+            .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The number of `name`, mentioned at `step`.
     pub fn intern(&self, name: &str, step: Step) -> IdNum {
-        let index = (FnvBuild::default().hash_one(name) as usize) & (SHARDS - 1);
-        let mut shard = self.shard(index);
-        if let Some(slot) = shard.by_name.get_mut(name) {
-            slot.last_seen = slot.last_seen.max(step);
-            return slot.id;
+        let index = (WordHashBuild::default().hash_one(name) as usize) & (SHARDS - 1);
+        if let Some(slot) = self.read(index).by_name.get(name) {
+            return slot.seen_at(step);
+        }
+        let mut shard = self.write(index);
+        if let Some(slot) = shard.by_name.get(name) {
+            // Interned by another reader between the two locks.
+            return slot.seen_at(step);
         }
         let id = (shard.next << SHARD_BITS) | index as u64;
         shard.next += 1;
@@ -100,7 +148,7 @@ impl Interner {
             name.clone(),
             Slot {
                 id,
-                last_seen: step,
+                last_seen: AtomicU64::new(step),
             },
         );
         shard.by_id.insert(id, name);
@@ -109,21 +157,21 @@ impl Interner {
 
     /// The string of a number still interned.
     pub fn name(&self, id: IdNum) -> Option<Arc<str>> {
-        let shard = self.shard((id as usize) & (SHARDS - 1));
+        let shard = self.read((id as usize) & (SHARDS - 1));
         shard.by_id.get(&id).cloned()
     }
 
     /// Forgets `id` unless a reader mentioned it after `handled` (the last step the
     /// consumer has finished). Returns whether it was forgotten (or already gone).
     pub fn forget(&self, id: IdNum, handled: Step) -> bool {
-        let mut shard = self.shard((id as usize) & (SHARDS - 1));
+        let mut shard = self.write((id as usize) & (SHARDS - 1));
         let Some(name) = shard.by_id.get(&id).cloned() else {
             return true;
         };
         if shard
             .by_name
             .get(&name)
-            .is_some_and(|s| s.last_seen > handled)
+            .is_some_and(|s| s.last_seen.load(Ordering::Relaxed) > handled)
         {
             return false;
         }
@@ -134,7 +182,7 @@ impl Interner {
 
     /// Ids interned now.
     pub fn len(&self) -> usize {
-        (0..SHARDS).map(|i| self.shard(i).by_id.len()).sum()
+        (0..SHARDS).map(|i| self.read(i).by_id.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -6,7 +6,8 @@
 //!   `kvcc_aggregator::ConcurrentAggregator` — the one aggregator, the type loom and
 //!   shuttle check and the model steps through — so what is verified is what runs;
 //! - the consumer (this thread) takes the aggregated outcomes in step order and runs the
-//!   [`monitor`]s over them, with the scheduler log applied between steps;
+//!   [`monitor`]s over them, with the scheduler log applied between steps (read and
+//!   parsed ahead by a thread of its own, [`reader::read_events`]);
 //! - scheduler events must land exactly between two aggregations (a `strict` aggregator
 //!   is told of a delayed free before the step whose reports it must precede). The front
 //!   announces at once, so the consumer holds one rank back: rank 0's reader hands its
@@ -29,14 +30,14 @@ pub mod reader;
 pub mod render;
 
 use crate::error::InputError;
-use format::{EventKind, EventLine, Header, Lines, PolicyName, HEADER_FILE, SCHEDULER_FILE};
+use format::{Header, Lines, PolicyName, HEADER_FILE, SCHEDULER_FILE};
 use intern::{IdNum, Interner};
 use kvcc_aggregator::{Aggregator, ConcurrentAggregator, FrontError, Rank, Step};
 use monitor::{Finding, Monitor, Setup};
-use reader::{Message, RankStep, Record};
+use reader::{Event, EventMessage, EventRecord, Message, RankStep, Record};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::time::Instant;
@@ -246,17 +247,25 @@ pub fn check_run(run: &str, options: &Options) -> Result<RunReport, InputError> 
         world_size: header.world_size,
         transfer_ranks: header.transfer_ranks(),
         rank_files: files.clone(),
-        scheduler_file,
+        scheduler_file: scheduler_file.clone(),
         grace_steps: options.grace_steps,
         findings_per_clause_max: options.findings_per_clause_max,
     });
-    let mut events = Events {
-        lines: scheduler,
-        pending: None,
-        floor: 0,
-        count: 0,
-    };
-    let (steps, rank_bytes) = std::thread::scope(|scope| {
+    let (steps, rank_bytes, events) = std::thread::scope(|scope| {
+        let (to_consumer, from_scheduler) = sync_channel::<EventMessage>(reader::WINDOW);
+        std::thread::Builder::new()
+            .name("kvcc-scheduler".into())
+            .spawn_scoped(scope, move || reader::read_events(scheduler, to_consumer))
+            .map_err(|e| InputError::file(run, format!("cannot start a reader thread: {e}")))?;
+        // Dropped before the scope joins its threads, so a reader blocked on a full
+        // channel sees the consumer gone and stops.
+        let mut events = Events {
+            from_reader: from_scheduler,
+            file: scheduler_file,
+            buffered: VecDeque::new(),
+            bytes: None,
+            count: 0,
+        };
         let mut receivers = Vec::new();
         for (rank, lines) in readers.into_iter().enumerate() {
             let (to_consumer, from_reader) = sync_channel::<Message>(reader::WINDOW);
@@ -279,12 +288,15 @@ pub fn check_run(run: &str, options: &Options) -> Result<RunReport, InputError> 
             &mut events,
             receivers,
         );
-        if consumed.is_err() {
+        let finished = consumed.and_then(|(steps, rank_bytes)| {
+            events.finish(steps, &mut monitor, &front, &interner)?;
+            Ok((steps, rank_bytes, events))
+        });
+        if finished.is_err() {
             let _ = front.close();
         }
-        consumed
+        finished
     })?;
-    events.finish(steps, &mut monitor, &front, &interner)?;
     monitor
         .finish(&front, steps)
         .map_err(|e| internal(run, e))?;
@@ -302,7 +314,7 @@ pub fn check_run(run: &str, options: &Options) -> Result<RunReport, InputError> 
         expected,
         steps,
         events: events.count,
-        bytes: rank_bytes + events.lines.bytes,
+        bytes: rank_bytes + events.bytes.unwrap_or(0),
         requests_seen,
         tracked_max,
         findings,
@@ -321,7 +333,7 @@ fn consume(
     front: &ConcurrentAggregator<IdNum>,
     interner: &Interner,
     monitor: &mut Monitor,
-    events: &mut Events<BufReader<File>>,
+    events: &mut Events,
     receivers: Vec<Receiver<Message>>,
 ) -> Result<(Step, u64), InputError> {
     let ranks = receivers.len();
@@ -405,44 +417,38 @@ fn consume(
     }
 }
 
-/// The scheduler log, applied between steps.
-struct Events<R> {
-    lines: Lines<R>,
-    /// The next event, read but not yet due: (step, event, request id, line).
-    pending: Option<(Step, EventKind, String, u64)>,
-    /// The step of the latest event read: events never go back.
-    floor: Step,
+/// The scheduler log, applied between steps; read and parsed by its own thread
+/// ([`reader::read_events`]), so the consumer only applies events.
+struct Events {
+    from_reader: Receiver<EventMessage>,
+    file: String,
+    /// Events read but not yet due, in order.
+    buffered: VecDeque<Event>,
+    /// Bytes of the log, once its reader reached the end.
+    bytes: Option<u64>,
     count: u64,
 }
 
-impl<R: BufRead> Events<R> {
-    /// Reads the next event into `pending`, if there is one.
+impl Events {
+    /// The step of the next event, receiving more from the reader if none is buffered.
     fn peek(&mut self) -> Result<Option<Step>, InputError> {
-        if self.pending.is_none() {
-            let Some(next) = self.lines.next_line()? else {
-                return Ok(None);
-            };
-            let (text, line, file) = (next.text, next.number, next.file);
-            let event: EventLine =
-                serde_json::from_slice(text).map_err(|e| format::json_error(file, line, &e))?;
-            let previous = self.floor;
-            if event.step < previous {
-                return Err(format::line_error(
-                    file,
-                    line,
-                    text,
-                    "\"step\"",
-                    format!(
-                        "event at step {} after an event at step {previous}: events are in step order",
-                        event.step
-                    ),
-                ));
+        while self.buffered.is_empty() && self.bytes.is_none() {
+            match self.from_reader.recv() {
+                Ok(Ok(EventRecord::Events(batch))) => {
+                    self.count += batch.len() as u64;
+                    self.buffered.extend(batch);
+                }
+                Ok(Ok(EventRecord::End { bytes })) => self.bytes = Some(bytes),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(InputError::file(
+                        &self.file,
+                        "kvcc internal error: its reader stopped without a word",
+                    ))
+                }
             }
-            self.count += 1;
-            self.floor = event.step;
-            self.pending = Some((event.step, event.event, event.request_id.into_owned(), line));
         }
-        Ok(self.pending.as_ref().map(|p| p.0))
+        Ok(self.buffered.front().map(|event| event.step))
     }
 
     /// Applies every event due before step `step` is aggregated.
@@ -457,11 +463,11 @@ impl<R: BufRead> Events<R> {
             if due > step {
                 return Ok(());
             }
-            let (_, event, name, line) = self.pending.take().expect("peeked");
-            let id = interner.intern(&name, step);
+            let event = self.buffered.pop_front().expect("peeked");
+            let id = interner.intern(&event.request_id, step);
             monitor
-                .on_event(front, interner, step, event, id, line)
-                .map_err(|e| internal(&self.lines.file, e))?;
+                .on_event(front, interner, step, event.kind, id, event.line)
+                .map_err(|e| internal(&self.file, e))?;
         }
         Ok(())
     }
@@ -475,7 +481,7 @@ impl<R: BufRead> Events<R> {
         interner: &Interner,
     ) -> Result<(), InputError> {
         self.apply(steps, monitor, front, interner)?;
-        if let Some((step, _, _, line)) = &self.pending {
+        if let Some(event) = self.buffered.front() {
             let last = if steps == 0 {
                 "the run has no engine steps, so every event has step 0".to_string()
             } else {
@@ -485,10 +491,10 @@ impl<R: BufRead> Events<R> {
                 )
             };
             return Err(InputError {
-                file: Some(self.lines.file.clone()),
-                at: Some((*line as usize, 1)),
+                file: Some(self.file.clone()),
+                at: Some((event.line as usize, 1)),
                 field: None,
-                message: format!("event at step {step}, but {last}"),
+                message: format!("event at step {}, but {last}", event.step),
             });
         }
         Ok(())

@@ -23,7 +23,7 @@
 //! the grace is still classified as the model classifies it (a resend, or one beyond E).
 
 use super::format::{Engine, EventKind};
-use super::intern::{FnvBuild, IdNum, Interner};
+use super::intern::{IdNum, Interner, WordHashBuild};
 use kvcc_aggregator::{
     Aggregator, ConcurrentAggregator, Direction, FrontError, Policy, Rank, Step, StepOutcome,
     ViolationKind, WorkerOutput,
@@ -179,7 +179,7 @@ pub struct Setup {
 /// The monitors of one engine's run.
 pub struct Monitor {
     setup: Setup,
-    tracked: HashMap<IdNum, Tracked, FnvBuild>,
+    tracked: HashMap<IdNum, Tracked, WordHashBuild>,
     /// Steps at which to try forgetting these ids.
     due: BTreeMap<Step, Vec<IdNum>>,
     current: Vec<StepReport>,
@@ -488,14 +488,18 @@ impl Monitor {
             .iter()
             .filter_map(|(_, o)| o.map(|o| o.expected_finished_count))
             .find(|&count| count > 0);
-        let mut per_id: BTreeMap<(usize, IdNum), Vec<usize>> = BTreeMap::new();
-        for (i, r) in self.current.iter().enumerate() {
-            per_id
-                .entry((index(r.direction), r.id))
-                .or_default()
-                .push(i);
-        }
-        let keys: Vec<(usize, IdNum)> = per_id.keys().copied().collect();
+        // The step's reports grouped by (direction, id), in report order within a group:
+        // sorted rather than gathered in a map of lists, one allocation instead of one
+        // per id.
+        let mut grouped: Vec<(usize, IdNum, usize)> = self
+            .current
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (index(r.direction), r.id, i))
+            .collect();
+        grouped.sort_unstable();
+        let mut keys: Vec<(usize, IdNum)> = grouped.iter().map(|&(d, id, _)| (d, id)).collect();
+        keys.dedup();
         let (expected, remaining) = front.with_core(|core: &Aggregator<IdNum>| {
             let remaining: Vec<Option<u32>> = keys
                 .iter()
@@ -503,7 +507,9 @@ impl Monitor {
                 .collect();
             (announced.unwrap_or(core.expected()), remaining)
         })?;
-        for (((d, id), reports), remaining) in per_id.into_iter().zip(remaining) {
+        let mut groups = grouped.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1));
+        for ((d, id), remaining) in keys.into_iter().zip(remaining) {
+            let reports = groups.next().expect("one group per key");
             let t = &self.tracked[&id];
             let room = match remaining {
                 Some(remaining) => remaining,
@@ -515,7 +521,7 @@ impl Monitor {
             }
             let beyond: Vec<StepReport> = reports[room as usize..]
                 .iter()
-                .map(|&i| self.current[i])
+                .map(|&(_, _, i)| self.current[i])
                 .collect();
             let name = t.name.to_string();
             let emitted = t.flows[d].emitted;
@@ -681,11 +687,48 @@ impl Monitor {
     fn emission(&mut self, step: Step, reports: &[StepReport], direction: Direction, id: IdNum) {
         let engine = self.setup.engine;
         let world = self.setup.world_size;
-        let required: Vec<Rank> = match direction {
-            Direction::Sending => self.setup.transfer_ranks.clone(),
-            Direction::Recving => (0..world).map(|r| r as Rank).collect(),
-        };
         let grace = self.setup.grace_steps;
+        let Some(t) = self.tracked.get_mut(&id) else {
+            return;
+        };
+        let name = Arc::clone(&t.name);
+        let phase = t.phase;
+        let since = t.since;
+        let flow = &mut t.flows[index(direction)];
+        // The first emission is the one later reports and emissions are measured against.
+        let previous = flow.emitted;
+        flow.emitted.get_or_insert(step);
+        let reported = |rank: &Rank| flow.reports.iter().any(|r| r.rank == *rank);
+        let missing: Vec<Rank> = match direction {
+            Direction::Sending => self
+                .setup
+                .transfer_ranks
+                .iter()
+                .copied()
+                .filter(|r| !reported(r))
+                .collect(),
+            Direction::Recving => (0..world)
+                .map(|r| r as Rank)
+                .filter(|r| !reported(r))
+                .collect(),
+        };
+        // Only a finding names the reporters, so they are gathered only for one.
+        let reporters = if missing.is_empty() {
+            BTreeSet::new()
+        } else {
+            flow.reporters()
+        };
+        let unknown = match direction {
+            Direction::Sending => phase != Phase::DelayFreed,
+            Direction::Recving => phase != Phase::Waiting,
+        };
+        if phase == Phase::Unknown {
+            self.due.entry(step + grace).or_default().push(id);
+        }
+        if previous.is_none() && !unknown && missing.is_empty() {
+            // The common case, a sound emission: nothing to say, so nothing to format.
+            return;
+        }
         let this_step: Vec<&StepReport> = reports
             .iter()
             .filter(|r| r.id == id && r.direction == direction)
@@ -701,24 +744,7 @@ impl Monitor {
             })
             .collect();
         let completing: Vec<Rank> = this_step.iter().map(|r| r.rank).collect();
-        let Some(t) = self.tracked.get_mut(&id) else {
-            return;
-        };
-        let name = t.name.to_string();
-        let phase = t.phase;
-        let since = t.since;
-        let flow = &mut t.flows[index(direction)];
-        // The first emission is the one later reports and emissions are measured against.
-        let previous = flow.emitted;
-        flow.emitted.get_or_insert(step);
-        let reporters = flow.reporters();
-        let unknown = match direction {
-            Direction::Sending => phase != Phase::DelayFreed,
-            Direction::Recving => phase != Phase::Waiting,
-        };
-        if phase == Phase::Unknown {
-            self.due.entry(step + grace).or_default().push(id);
-        }
+        let name = name.to_string();
         let scheduler = match engine {
             Engine::Prefill => "P's scheduler",
             Engine::Decode => "D's scheduler",
@@ -759,11 +785,6 @@ impl Monitor {
                 ),
             });
         }
-        let missing: Vec<Rank> = required
-            .iter()
-            .copied()
-            .filter(|r| !reporters.contains(r))
-            .collect();
         if !missing.is_empty() {
             let clause = match (engine, direction) {
                 (_, Direction::Sending) => "send-emitted-before-transfer-ranks-done",
@@ -799,10 +820,17 @@ impl Monitor {
         interner: &Interner,
         handled: Step,
     ) -> Result<(), FrontError> {
-        let later = self.due.split_off(&(handled + 1));
-        let due = std::mem::replace(&mut self.due, later);
+        // Popped from the front: splitting the map would walk the ~grace steps after it.
+        let mut due = Vec::new();
+        while let Some(entry) = self.due.first_entry() {
+            if *entry.key() > handled {
+                break;
+            }
+            due.extend(entry.remove());
+        }
         let grace = self.setup.grace_steps.max(1);
-        for id in due.into_values().flatten() {
+        let mut over = Vec::with_capacity(due.len());
+        for id in due {
             let Some(t) = self.tracked.get_mut(&id) else {
                 continue;
             };
@@ -817,10 +845,21 @@ impl Monitor {
                     front.retire(direction, &id)?;
                 }
             }
-            let holds = front.with_core(|core| {
-                DIRECTIONS.iter().any(|&d| core.remaining(d, &id).is_some())
-                    || core.pending_failed().contains(&id)
-            })?;
+            over.push(id);
+        }
+        if over.is_empty() {
+            return Ok(());
+        }
+        // One hold of the core for the step's ids (retiring does not change what it holds).
+        let holds: Vec<bool> = front.with_core(|core| {
+            over.iter()
+                .map(|id| {
+                    DIRECTIONS.iter().any(|&d| core.remaining(d, id).is_some())
+                        || core.pending_failed().contains(id)
+                })
+                .collect()
+        })?;
+        for (id, holds) in over.into_iter().zip(holds) {
             if holds || !interner.forget(id, handled) {
                 self.due.entry(handled + grace).or_default().push(id);
                 continue;
