@@ -27,7 +27,6 @@ use std::fmt;
 pub type Rank = u16;
 
 /// Which completion set a report belongs to.
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Direction {
     /// `finished_sending`: a producer worker is done with a request's KV blocks.
@@ -46,7 +45,6 @@ impl fmt::Display for Direction {
 }
 
 /// How reports are counted.
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
     /// vLLM's counting: anonymous reports, a stray report after emission opens a fresh
@@ -173,12 +171,11 @@ impl<Id: Ord> StepOutcome<Id> {
 
 /// A set of ranks as a bitset: one word covers the world sizes kvcc models (≤ 64)
 /// without allocating, larger ranks spill to the heap. Canonical, so derived `Eq`, `Ord`,
-/// `Hash` and serde see logical contents: words are only ever set, and only up to the
+/// `Hash` and the packed bytes see logical contents: words are only ever set, and only up to the
 /// word holding the highest rank inserted, so the last word is never zero.
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct RankSet {
-    words: SmallVec<[u64; 1]>,
+pub(crate) struct RankSet {
+    pub(crate) words: SmallVec<[u64; 1]>,
 }
 
 impl RankSet {
@@ -204,9 +201,8 @@ impl RankSet {
 
 /// Everything known about one (direction, id), so a report costs one map lookup. Absent
 /// means: no countdown open and, under `Strict`, not announced.
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Entry {
+pub(crate) enum Entry {
     /// `Strict` only: announced by the scheduler, no report counted yet.
     Announced,
     /// A countdown is open.
@@ -224,16 +220,15 @@ enum Entry {
 }
 
 /// The aggregator for one engine. See the module docs for the semantics.
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Aggregator<Id: Ord> {
-    policy: Policy,
+    pub(crate) policy: Policy,
     /// `E` for countdowns opened from now on.
-    expected: u32,
-    sending: BTreeMap<Id, Entry>,
-    recving: BTreeMap<Id, Entry>,
+    pub(crate) expected: u32,
+    pub(crate) sending: BTreeMap<Id, Entry>,
+    pub(crate) recving: BTreeMap<Id, Entry>,
     /// `failed_recving` ids waiting for their receive quorum.
-    pending_failed: BTreeSet<Id>,
+    pub(crate) pending_failed: BTreeSet<Id>,
 }
 
 impl<Id: Ord + Clone> Aggregator<Id> {

@@ -6,11 +6,13 @@
 //! of that logic, used three ways:
 //!
 //! - [`core::Aggregator`] — deterministic, sans-IO, `Clone + Hash + Eq`: the stateright
-//!   model calls it from `next_state`, proptest compares it with a set-based reference;
+//!   model calls it from `next_state` and packs it into its states ([`core::Aggregator::pack`]),
+//!   proptest compares it with a set-based reference;
 //! - [`front::ConcurrentAggregator`] — the same core behind its own lock, with rank threads
 //!   reporting concurrently and a consumer draining emitted ids; loom and shuttle check
 //!   it, and `kvcc conform` runs recorded deployments through it.
 
+mod codec;
 pub mod core;
 pub mod front;
 pub mod sync;

@@ -6,22 +6,17 @@
 //!
 //! Layout: per request 4 bytes (scheduler phases and flags, metadata, emissions); per
 //! P cell 2 bytes (send, store and load phases in one, notifications); one byte per
-//! handle and per D cell; incidents and one-shot bits; then both aggregators, which keep
-//! their own serde encoding (varint bincode: they are a few counters).
+//! handle and per D cell; incidents and one-shot bits; then both aggregators in the core's
+//! own canonical encoding ([`kvcc_aggregator::Aggregator::pack`]).
 
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
     PrefillPhase, Request, SendPhase, Shape, State, StorePhase,
 };
 use crate::topology::Topology;
-use bincode::Options;
+use kvcc_aggregator::Aggregator;
 use smallvec::SmallVec;
 use std::sync::Arc;
-
-fn aggregator_options() -> impl Options {
-    // Variable-length integers: most counts are tiny.
-    bincode::DefaultOptions::new()
-}
 
 /// A value with a one-byte code.
 trait Code: Sized {
@@ -138,11 +133,8 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
     out.extend(state.decode.iter().map(|&d| d.code()));
     out.extend_from_slice(&state.incidents.0.to_le_bytes());
     out.push(state.once);
-    for aggregator in [&state.prefill_aggregator, &state.decode_aggregator] {
-        aggregator_options()
-            .serialize_into(&mut *out, &**aggregator)
-            .expect("serializing into memory cannot fail");
-    }
+    state.prefill_aggregator.pack(out);
+    state.decode_aggregator.pack(out);
 }
 
 /// The state `pack` wrote for a model of `requests` requests over `topology`.
@@ -184,11 +176,7 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
         .collect();
     let incidents = Incidents(u16::from_le_bytes([take(1)[0], take(1)[0]]));
     let once = take(1)[0];
-    let mut aggregator = || {
-        aggregator_options()
-            .deserialize_from(&mut bytes)
-            .unwrap_or_else(|_| corrupt())
-    };
+    let mut aggregator = || Aggregator::unpack(&mut bytes).unwrap_or_else(|| corrupt());
     let prefill_aggregator = Arc::new(aggregator());
     let decode_aggregator = Arc::new(aggregator());
     State {
