@@ -281,6 +281,8 @@ fn a_limit_makes_the_run_inconclusive_never_a_pass() {
         "{:?}",
         time.verdict
     );
+    // Cut before the initial state was expanded: it is the one state seen, once.
+    assert_eq!(time.unique_states, 1);
     // The same model within generous limits is exhaustive and holds.
     let enough = limited(Limits {
         max_states: Some(1_000_000),

@@ -207,6 +207,8 @@ where
         run_parallel(threads, &expand);
         if timed_out.load(Ordering::Relaxed) {
             cutoff = Some(Cutoff::Time(start.elapsed()));
+            // This level is already counted in `bfs_fps`; what it partly found is dropped.
+            frontier.fps.clear();
             break;
         }
         let mut workers: Vec<Worker> = workers
