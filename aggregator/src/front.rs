@@ -18,22 +18,34 @@
 //! - every aggregated step is queued exactly once as `(step, StepOutcome)` for a consumer
 //!   to [`drain`](ConcurrentAggregator::drain) or [`recv`](ConcurrentAggregator::recv).
 //!
-//! Two mutexes, so that ranks never wait for the core. The hub, held only briefly,
-//! records each submission, buffers its output, decides which submission completes a
-//! step (the last one, because ranks only move forward), and queues outcomes for the
-//! consumer. The core has its own lock: the thread whose submission completes a step
-//! takes the aggregating role, if no thread holds it, and aggregates complete steps in
-//! step order outside the hub, while the other ranks keep submitting; a step completed
-//! meanwhile is queued for the role holder. A consumer is signalled only when one is
+//! A submission touches shared state about once per step, so that ranks on different
+//! cores do not convoy on one lock. Each rank has its own lock, guarding its latest step
+//! and its buffered outputs, taken by that rank and otherwise only by whoever collects a
+//! complete step. After buffering, a rank publishes how many steps it has submitted in
+//! its own atomic counter and reads everyone's (a `SeqCst` fence between the two, so that
+//! of the ranks submitting a step's last outputs, the last to fence sees them all): only a
+//! submission that finds a step complete and not yet queued takes the hub. The hub queues
+//! complete steps in order, exactly once, under one hold (its `completed` is read and
+//! advanced together), and queues outcomes for the consumer. The core has its own lock:
+//! the thread whose submission queues a step takes the aggregating role, if no thread
+//! holds it, and aggregates queued steps in step order, collecting each step's outputs
+//! from the rank buffers in rank order, while the other ranks keep submitting; a step
+//! queued meanwhile is left to the role holder. A consumer is signalled only when one is
 //! waiting (`recv` first gives way to the ranks, so it rarely does), and outputs are
-//! dropped outside both locks. Buffered outputs are removed
-//! when their step completes, so memory follows in-flight steps. Bad input never panics:
-//! every misuse is a [`FrontError`].
+//! dropped outside every lock. Buffered outputs are removed when their step is
+//! aggregated, so memory follows in-flight steps. Bad input never panics: every misuse is
+//! a [`FrontError`].
+//!
+//! Lock order: a rank's lock, then the hub (a submission queueing steps); the core, then
+//! one rank's lock at a time (the role collecting). No thread holding the hub takes any
+//! other lock.
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::mem;
 
 use crate::core::{Aggregator, Direction, Rank, StepOutcome, WorkerOutput};
+use crate::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::sync::{thread, Condvar, Mutex, MutexGuard};
 
 /// An engine step number, as the executor counts them.
@@ -141,13 +153,13 @@ impl std::error::Error for FrontError {}
 /// How a submission's critical section is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum CriticalSection {
-    /// Record the submission and decide whether it completes its step under one hold of
-    /// the hub.
+    /// Read which steps are already queued and queue the newly complete ones under one
+    /// hold of the hub.
     Atomic,
     /// A broken twin kept so the loom and shuttle suites prove they can catch this race:
-    /// the hub is released between recording a submission and checking whether its step
-    /// is complete, so two ranks can both find the step complete and both queue it (the
-    /// second time without outputs, its buffer already taken).
+    /// the hub is released between reading which steps are already queued and queueing
+    /// the newly complete ones, so two ranks that both found a step complete can both
+    /// queue it (the second time without outputs, the buffers already collected).
     CheckThenAct,
     /// The other broken twin, of the aggregating role: its holder finds no step queued,
     /// releases the hub, and only then gives the role up, so a step queued in between
@@ -163,6 +175,14 @@ pub struct ConcurrentAggregator<Id: Ord> {
     output_rank: Rank,
     first_step: Step,
     critical_section: CriticalSection,
+    /// One per rank, indexed by rank.
+    ranks: Vec<RankSlot<Id>>,
+    /// Set by `close` before it waits out the submissions under way; read under a rank's
+    /// lock, so a submission either fails or finishes queueing before `close` returns.
+    closed: AtomicBool,
+    /// `Hub::completed`, stored with it: lets a submission skip the hub when the steps it
+    /// finds complete are already queued. Never ahead of `Hub::completed`.
+    queued: AtomicU64,
     hub: Mutex<Hub<Id>>,
     /// Taken by the aggregating role for one step at a time, and by the passthroughs.
     core: Mutex<Aggregator<Id>>,
@@ -170,26 +190,39 @@ pub struct ConcurrentAggregator<Id: Ord> {
     emitted_or_closed: Condvar,
 }
 
-/// Outputs of one step, in arrival order (sorted by rank when the step completes).
+/// Outputs of one step, in rank order.
 type Outputs<Id> = Vec<WorkerOutput<Id>>;
 
 /// Times `recv` gives way to other threads before it sleeps on an empty queue.
 const YIELDS_BEFORE_WAITING: u32 = 2;
 
-/// Output buffers kept for reuse, so a steady stream of steps allocates none.
-const SPARE_BUFFERS_MAX: usize = 64;
+/// One rank's share of the front. Aligned to its own cache lines (two, for the adjacent
+/// line prefetcher), so that a rank publishing its progress does not invalidate another
+/// rank's.
+#[repr(align(128))]
+struct RankSlot<Id: Ord> {
+    /// Steps this rank has submitted, counted from the first step; stored after the
+    /// output is buffered, read by every rank looking for complete steps.
+    submitted: AtomicU64,
+    queue: Mutex<RankQueue<Id>>,
+}
+
+/// Everything a rank's lock guards.
+struct RankQueue<Id: Ord> {
+    /// The latest step this rank submitted; `None` before its first submission.
+    last_step: Option<Step>,
+    /// Outputs not yet aggregated, in step order. A missing report leaves nothing here:
+    /// the core never sees that rank.
+    outputs: VecDeque<(Step, WorkerOutput<Id>)>,
+}
 
 /// Everything the hub lock guards.
 struct Hub<Id: Ord> {
-    /// The latest step each rank submitted; `None` before its first submission.
-    last_step: Vec<Option<Step>>,
-    /// Steps completed so far: step `first_step + completed` is the oldest incomplete.
+    /// Steps queued so far: step `first_step + completed` is the oldest incomplete.
     completed: u64,
-    /// `pending[i]`: the outputs of step `first_step + completed + i`. A missing report
-    /// leaves nothing here: the core never sees that rank.
-    pending: VecDeque<Outputs<Id>>,
-    /// Complete steps waiting for the core, in step order.
-    ready: VecDeque<(Step, Outputs<Id>)>,
+    /// Complete steps waiting for the core, in step order; their outputs are still in the
+    /// rank buffers.
+    ready: VecDeque<Step>,
     /// A thread holds the aggregating role: it alone takes steps from `ready`, which is
     /// what keeps the core's steps in order.
     aggregating: bool,
@@ -197,7 +230,8 @@ struct Hub<Id: Ord> {
     emitted: VecDeque<(Step, StepOutcome<Id>)>,
     /// Consumers blocked in `recv`: only they need a signal.
     waiting: usize,
-    spare: Vec<Outputs<Id>>,
+    /// The role's outputs buffer, kept between steps so a steady stream allocates none.
+    spare: Outputs<Id>,
     closed: bool,
 }
 
@@ -213,9 +247,9 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     }
 
     /// The broken twin: identical except that a submission releases the hub between
-    /// recording its output and checking whether its step is complete, so a step can be
-    /// emitted twice. It exists only so the loom and shuttle suites can prove they catch
-    /// that race; never use it for anything else.
+    /// reading which steps are queued and queueing the ones it found complete, so a step
+    /// can be emitted twice. It exists only so the loom and shuttle suites can prove they
+    /// catch that race; never use it for anything else.
     #[doc(hidden)]
     pub fn with_racy_critical_section(
         core: Aggregator<Id>,
@@ -261,14 +295,12 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         let ranks = usize::try_from(world_size)
             .map_err(|_| FrontError::WorldSizeOutOfRange { world_size })?;
         let hub = Hub {
-            last_step: vec![None; ranks],
             completed: 0,
-            pending: VecDeque::new(),
             ready: VecDeque::new(),
             aggregating: false,
             emitted: VecDeque::new(),
             waiting: 0,
-            spare: Vec::new(),
+            spare: Vec::with_capacity(ranks.min(64)),
             closed: false,
         };
         Ok(ConcurrentAggregator {
@@ -276,6 +308,17 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
             output_rank,
             first_step: 0,
             critical_section,
+            ranks: (0..ranks)
+                .map(|_| RankSlot {
+                    submitted: AtomicU64::new(0),
+                    queue: Mutex::new(RankQueue {
+                        last_step: None,
+                        outputs: VecDeque::new(),
+                    }),
+                })
+                .collect(),
+            closed: AtomicBool::new(false),
+            queued: AtomicU64::new(0),
             hub: Mutex::new(hub),
             core: Mutex::new(core),
             emitted_or_closed: Condvar::new(),
@@ -362,6 +405,13 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     /// returns `None` once the queue is empty. Steps still incomplete stay buffered (see
     /// [`buffered_steps`](Self::buffered_steps)) and are never aggregated.
     pub fn close(&self) -> Result<(), FrontError> {
+        self.closed.store(true, Ordering::Release);
+        // A submission that read `closed` unset holds its rank's lock until it has queued
+        // the steps it completed: waiting for every rank's lock means the hub is marked
+        // closed only once those steps are queued, so `recv` still owes them.
+        for slot in &self.ranks {
+            drop(Self::lock_queue(slot)?);
+        }
         self.lock_hub()?.closed = true;
         self.emitted_or_closed.notify_all();
         Ok(())
@@ -369,8 +419,22 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
 
     /// Steps holding at least one output and still waiting for some rank.
     pub fn buffered_steps(&self) -> Result<usize, FrontError> {
-        let hub = self.lock_hub()?;
-        Ok(hub.pending.iter().filter(|o| !o.is_empty()).count())
+        let queues = self
+            .ranks
+            .iter()
+            .map(Self::lock_queue)
+            .collect::<Result<Vec<_>, _>>()?;
+        // Steps are queued only by a submission holding its rank's lock, so with every
+        // rank's lock held the oldest incomplete step cannot move.
+        let oldest_incomplete = self.first_step + self.queued.load(Ordering::Acquire);
+        let mut steps: Vec<Step> = queues
+            .iter()
+            .flat_map(|queue| queue.outputs.iter().map(|&(step, _)| step))
+            .filter(|&step| step >= oldest_incomplete)
+            .collect();
+        steps.sort_unstable();
+        steps.dedup();
+        Ok(steps.len())
     }
 
     /// Reads the core under its lock, e.g. for end-of-run checks. `read` must not call
@@ -392,48 +456,107 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         self.core.lock().map_err(|_| FrontError::Poisoned)
     }
 
+    fn lock_queue(slot: &RankSlot<Id>) -> Result<MutexGuard<'_, RankQueue<Id>>, FrontError> {
+        slot.queue.lock().map_err(|_| FrontError::Poisoned)
+    }
+
+    /// Steps, counted from the first, that every rank has submitted.
+    fn submitted_by_all(&self) -> u64 {
+        self.ranks
+            .iter()
+            .map(|slot| slot.submitted.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(0)
+    }
+
     fn submit(
         &self,
         step: Step,
         rank: Rank,
         output: Option<WorkerOutput<Id>>,
     ) -> Result<(), FrontError> {
-        let mut hub = self.lock_hub()?;
-        hub.accept(rank, step, self.world_size, self.first_step)?;
-        if let Some(output) = output {
-            hub.buffer(step, self.first_step, self.world_size, output);
+        let Some(slot) = self.ranks.get(usize::from(rank)) else {
+            if self.closed.load(Ordering::Acquire) {
+                return Err(FrontError::Closed);
+            }
+            return Err(FrontError::RankOutsideWorld {
+                rank,
+                world_size: self.world_size,
+            });
+        };
+        let mut queue = Self::lock_queue(slot)?;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(FrontError::Closed);
         }
+        queue.accept(rank, step, self.first_step)?;
+        if let Some(output) = output {
+            queue.outputs.push_back((step, output));
+        }
+        // Release: whoever reads this count and queues the step finds the output buffered
+        // (and waits for this rank's lock to collect it).
+        slot.submitted
+            .store(step - self.first_step + 1, Ordering::Release);
+        // Store, fence, read everyone's count: of the ranks submitting a step's last
+        // outputs, the one whose fence comes last sees every count, so some submission
+        // always finds the step complete (without the fence each could miss the others'
+        // stores, and the step would never be queued).
+        fence(Ordering::SeqCst);
+        if self.submitted_by_all() <= self.queued.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut hub = self.lock_hub()?;
+        let already = hub.completed;
         if self.critical_section == CriticalSection::CheckThenAct {
             drop(hub);
             hub = self.lock_hub()?;
         }
-        if !hub.is_complete(step) {
+        // Read under the hub, after `already`: every step before this count is complete,
+        // and steps complete in step order because each rank submits consecutive steps.
+        let complete = self.submitted_by_all();
+        if complete <= already {
+            // Another submission found the same steps complete and queued them first.
             return Ok(());
         }
-        let outputs = hub.take(step, self.first_step);
-        hub.ready.push_back((step, outputs));
+        for completed in already..complete {
+            hub.ready.push_back(self.first_step + completed);
+        }
+        hub.completed = complete;
+        self.queued.store(complete, Ordering::Release);
         if hub.aggregating {
-            // The role holder takes this step after the ones before it.
+            // The role holder takes these steps after the ones before them.
             return Ok(());
         }
         hub.aggregating = true;
-        self.aggregate_ready(hub)
+        drop(hub);
+        // The role collects from every rank's buffer, this one's included.
+        drop(queue);
+        self.aggregate_ready()
     }
 
     /// The aggregating role: aggregates queued steps one at a time, holding the core but
     /// not the hub, until none is left. Steps queued meanwhile by other threads are
     /// taken too, so no step waits for a thread that has moved on.
-    fn aggregate_ready<'a>(&'a self, mut hub: MutexGuard<'a, Hub<Id>>) -> Result<(), FrontError> {
-        while let Some((step, mut outputs)) = hub.ready.pop_front() {
+    fn aggregate_ready(&self) -> Result<(), FrontError> {
+        let mut hub = self.lock_hub()?;
+        while let Some(step) = hub.ready.pop_front() {
+            let mut outputs = mem::take(&mut hub.spare);
             drop(hub);
-            // Ranks are unique within a step, so the order is total and deterministic.
-            outputs.sort_unstable_by_key(|o| o.rank);
-            let outcome = self.lock_core()?.aggregate(&outputs, self.output_rank);
+            let outcome = {
+                let mut core = self.lock_core()?;
+                // In rank order, so outcomes do not depend on the interleaving. A rank's
+                // oldest buffered output is this step's, if it reported one: every step
+                // before it was aggregated already.
+                for slot in &self.ranks {
+                    let mut queue = Self::lock_queue(slot)?;
+                    if queue.outputs.front().is_some_and(|&(s, _)| s == step) {
+                        outputs.extend(queue.outputs.pop_front().map(|(_, output)| output));
+                    }
+                }
+                core.aggregate(&outputs, self.output_rank)
+            };
             outputs.clear();
             hub = self.lock_hub()?;
-            if hub.spare.len() < SPARE_BUFFERS_MAX {
-                hub.spare.push(outputs);
-            }
+            hub.spare = outputs;
             hub.emitted.push_back((step, outcome));
             if hub.waiting > 0 {
                 self.emitted_or_closed.notify_all();
@@ -452,22 +575,10 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     }
 }
 
-impl<Id: Ord + Clone> Hub<Id> {
+impl<Id: Ord> RankQueue<Id> {
     /// Records that `rank` submitted `step`, if that is the step it owes next.
-    fn accept(
-        &mut self,
-        rank: Rank,
-        step: Step,
-        world_size: u32,
-        first_step: Step,
-    ) -> Result<(), FrontError> {
-        if self.closed {
-            return Err(FrontError::Closed);
-        }
-        let Some(last) = self.last_step.get_mut(usize::from(rank)) else {
-            return Err(FrontError::RankOutsideWorld { rank, world_size });
-        };
-        match *last {
+    fn accept(&mut self, rank: Rank, step: Step, first_step: Step) -> Result<(), FrontError> {
+        match self.last_step {
             None if step < first_step => Err(FrontError::StepBeforeFirst {
                 rank,
                 step,
@@ -486,44 +597,9 @@ impl<Id: Ord + Clone> Hub<Id> {
                 expected: last + 1,
             }),
             _ => {
-                *last = Some(step);
+                self.last_step = Some(step);
                 Ok(())
             }
         }
-    }
-
-    /// Buffers `output` for `step`, which this rank was just accepted for.
-    fn buffer(&mut self, step: Step, first_step: Step, world_size: u32, output: WorkerOutput<Id>) {
-        // Accepted steps are never complete yet, so never before the oldest incomplete.
-        let index = usize::try_from(step - first_step - self.completed)
-            .expect("a rank runs at most memory-many steps ahead");
-        while self.pending.len() <= index {
-            let buffer = self.spare.pop().unwrap_or_else(|| {
-                Vec::with_capacity(usize::try_from(world_size).unwrap_or(0).min(64))
-            });
-            self.pending.push_back(buffer);
-        }
-        self.pending[index].push(output);
-    }
-
-    /// Whether every rank has now submitted `step`. Under one hold of the hub with the
-    /// submission, exactly one submission finds that, the last one, because ranks only
-    /// move forward; and steps complete in step order, because each rank submits
-    /// consecutive steps, so a step's predecessors were completed by earlier submissions.
-    fn is_complete(&self, step: Step) -> bool {
-        self.last_step
-            .iter()
-            .all(|last| last.is_some_and(|last| last >= step))
-    }
-
-    /// The outputs of `step`, which just completed, removed from the buffer.
-    fn take(&mut self, step: Step, first_step: Step) -> Outputs<Id> {
-        if step != first_step + self.completed {
-            // Only the racy twin completes a step twice: its buffer is already taken.
-            return Vec::new();
-        }
-        self.completed += 1;
-        // No buffer means every rank reported missing: the core gets nothing and drops it.
-        self.pending.pop_front().unwrap_or_default()
     }
 }
