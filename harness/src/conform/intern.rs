@@ -10,8 +10,9 @@
 //! holds the old one any more.
 
 use kvcc_aggregator::Step;
+use kvcc_model::checker::FingerprintHasher;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -21,54 +22,9 @@ pub type IdNum = u64;
 const SHARD_BITS: u32 = 5;
 const SHARDS: usize = 1 << SHARD_BITS;
 
-/// A multiply-rotate hash taking eight bytes at a time (rustc's FxHash, with a final
-/// mix so the low bits a table indexes by depend on every word): request ids are ~40-byte
-/// strings hashed by every reader for every report, where a byte-at-a-time hash was most
-/// of interning's cost, and SipHash's DoS resistance buys nothing for a log the user
-/// hands us.
-#[derive(Default, Clone, Copy)]
-pub struct WordHash(u64);
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl WordHash {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
-    }
-}
-
-impl Hasher for WordHash {
-    fn finish(&self) -> u64 {
-        let h = self.0;
-        (h ^ (h >> 32)).wrapping_mul(SEED) ^ (h >> 29)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
-        }
-        let mut tail = [0u8; 8];
-        let rest = chunks.remainder();
-        tail[..rest.len()].copy_from_slice(rest);
-        // The length keeps "a" and "a\0" apart.
-        self.add(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 56));
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-}
-
-pub type WordHashBuild = BuildHasherDefault<WordHash>;
+/// Request-id tables hash with the checker's word-at-a-time hasher: a byte-at-a-time
+/// hash was most of interning's cost.
+pub type WordHashBuild = BuildHasherDefault<FingerprintHasher>;
 
 struct Slot {
     id: IdNum,

@@ -6,9 +6,12 @@ use std::hash::{Hash, Hasher};
 
 const K: u64 = 0x517c_c1b7_2722_0a95;
 
-/// An Fx-style word hasher with a murmur3 finaliser for avalanche.
-#[derive(Default)]
-struct FingerprintHasher {
+/// An Fx-style hasher taking eight bytes at a time, with a murmur3 finaliser so that every
+/// bit of the result depends on every word. The checker's fingerprints, and the hash of
+/// conform's request-id tables (ids are ~40-byte strings hashed for every report, where
+/// SipHash's DoS resistance buys nothing for a log the user hands us).
+#[derive(Clone, Copy, Default)]
+pub struct FingerprintHasher {
     hash: u64,
 }
 
@@ -29,6 +32,7 @@ impl Hasher for FingerprintHasher {
         let mut tail = [0u8; 8];
         let rest = chunks.remainder();
         tail[..rest.len()].copy_from_slice(rest);
+        // The length keeps "a" and "a\0" apart.
         self.add(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 56));
     }
 

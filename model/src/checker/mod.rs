@@ -27,7 +27,7 @@ mod replay;
 mod search;
 mod visited;
 
-pub use fingerprint::fingerprint;
+pub use fingerprint::{fingerprint, FingerprintHasher};
 
 /// The fingerprint the search gives `state`: of its packed representative (or of itself,
 /// without symmetry). `buffer` is scratch space.
