@@ -305,6 +305,29 @@ impl<R: BufRead> Lines<R> {
             file: &self.file,
         }))
     }
+
+    /// Up to `max` lines, each parsed by `parse`, into `batch`; stops early at the end of
+    /// the file (`Some(Ok(()))`) or at its first bad line (`Some(Err)`), and returns None
+    /// when the batch is full. Readers hand lines over in batches: one handoff between
+    /// threads per batch, not per line.
+    pub fn read_batch<T>(
+        &mut self,
+        batch: &mut Vec<T>,
+        max: usize,
+        mut parse: impl FnMut(Line<'_>) -> Result<T, InputError>,
+    ) -> Option<Result<(), InputError>> {
+        while batch.len() < max {
+            match self.next_line() {
+                Ok(None) => return Some(Ok(())),
+                Ok(Some(line)) => match parse(line) {
+                    Ok(item) => batch.push(item),
+                    Err(e) => return Some(Err(e)),
+                },
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        None
+    }
 }
 
 /// One line of a JSON Lines file.

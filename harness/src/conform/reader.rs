@@ -60,34 +60,18 @@ pub fn read_rank<R: BufRead>(
     let mut step: Step = 0;
     loop {
         let mut batch = Vec::with_capacity(BATCH);
-        let mut last: Option<Message> = None;
-        while batch.len() < BATCH {
-            match lines.next_line() {
-                Ok(None) => {
-                    last = Some(Ok(Record::End {
-                        lines: lines.line,
-                        bytes: lines.bytes,
-                    }));
-                    break;
-                }
-                Ok(Some(line)) => {
-                    match parse(rank, line.text, line.file, line.number, step, interner) {
-                        Ok(record) => {
-                            batch.push(record);
-                            step += 1;
-                        }
-                        Err(e) => {
-                            last = Some(Err(e));
-                            break;
-                        }
-                    }
-                }
-                Err(e) => {
-                    last = Some(Err(e));
-                    break;
-                }
-            }
-        }
+        let last = lines
+            .read_batch(&mut batch, BATCH, |line| {
+                let record = parse(rank, line.text, line.file, line.number, step, interner)?;
+                step += 1;
+                Ok(record)
+            })
+            .map(|end| {
+                end.map(|()| Record::End {
+                    lines: lines.line,
+                    bytes: lines.bytes,
+                })
+            });
         if !batch.is_empty() && !send_batch(rank, batch, front, &lines.file, &to_consumer) {
             return;
         }
@@ -193,29 +177,13 @@ pub fn read_events<R: BufRead>(mut lines: Lines<R>, to_consumer: SyncSender<Even
     let mut floor: Step = 0;
     loop {
         let mut batch = Vec::with_capacity(EVENT_BATCH);
-        let mut last: Option<EventMessage> = None;
-        while batch.len() < EVENT_BATCH {
-            match lines.next_line() {
-                Ok(None) => {
-                    last = Some(Ok(EventRecord::End { bytes: lines.bytes }));
-                    break;
-                }
-                Ok(Some(line)) => match parse_event(line.text, line.file, line.number, floor) {
-                    Ok(event) => {
-                        floor = event.step;
-                        batch.push(event);
-                    }
-                    Err(e) => {
-                        last = Some(Err(e));
-                        break;
-                    }
-                },
-                Err(e) => {
-                    last = Some(Err(e));
-                    break;
-                }
-            }
-        }
+        let last = lines
+            .read_batch(&mut batch, EVENT_BATCH, |line| {
+                let event = parse_event(line.text, line.file, line.number, floor)?;
+                floor = event.step;
+                Ok(event)
+            })
+            .map(|end| end.map(|()| EventRecord::End { bytes: lines.bytes }));
         // The consumer is gone (it stopped at an error elsewhere): stop quietly.
         if !batch.is_empty() && to_consumer.send(Ok(EventRecord::Events(batch))).is_err() {
             return;
