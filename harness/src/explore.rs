@@ -1,8 +1,8 @@
 //! `kvcc explore`: stateright's web explorer over one case, on loopback only. States
 //! print as kvcc's named facts and actions in vLLM's vocabulary, as in traces.
 
-use crate::error::InputError;
 use kvcc_model::ContractModel;
+use kvcc_model::InputError;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 
 /// Resolves `--addr` to a loopback address that can be listened on; port 0 picks a free

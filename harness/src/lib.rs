@@ -1,34 +1,28 @@
 //! kvcc's command-line harness: spec files in, verdicts, reports and counterexample traces
-//! out. The binary (`main.rs`) only parses arguments and dispatches to [`cmd`]; everything
-//! a test or another tool may want to call lives in the modules below.
+//! out. The binary (`main.rs`) only parses arguments and dispatches to [`cmd`], one file
+//! per subcommand; the rest is the walk of a spec to its verdict and trace:
 //!
-//! - [`spec`] reads a TOML spec (with [`source`] spans for errors), expands its matrix into
-//!   [`point::Point`]s and builds a `kvcc_model::Config` for each;
-//! - [`run`] checks every point and compares the verdict with the spec's expectation;
-//! - [`report`] renders results as a table, JSON lines, JUnit XML and GitHub annotations;
-//! - [`trace`] writes counterexamples as text, Markdown (with Mermaid) and ITF JSON;
-//! - [`replay`] re-executes an ITF trace against the model;
+//! - [`spec`] reads a TOML spec (spans for errors, the matrix's [`spec::point::Point`]s,
+//!   the JSON Schema) and builds a `kvcc_model::Config` for each point;
+//! - [`run`] checks every point with `kvcc_model::checker` and compares the verdict with
+//!   the spec's expectation;
+//! - [`report`] renders results (table, JSON lines, JUnit XML, GitHub annotations) and
+//!   input errors;
+//! - [`trace`] writes counterexamples as text, Markdown (with Mermaid) and ITF JSON, and
+//!   replays an ITF trace against the model;
 //! - [`explore`] serves stateright's web explorer on loopback;
-//! - [`schema`] is the JSON Schema of the spec format;
-//! - [`conform`] checks recorded runs (vLLM's or [`simulate`]'s) against the contract.
+//! - [`simulate`] writes random executions of the model as recorded runs, which
+//!   `kvcc_conform` checks like a vLLM deployment's.
 
-pub mod bench;
 pub mod cmd;
-pub mod conform;
-pub mod error;
 pub mod explore;
-pub mod point;
-pub mod replay;
 pub mod report;
 pub mod run;
-pub mod schema;
 pub mod simulate;
-pub mod source;
 pub mod spec;
 pub mod trace;
 
-/// kvcc's version, stamped into every report and trace.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub use kvcc_model::VERSION;
 
 /// How a command ends, as its exit code says it (ripgrep and cargo use the same three).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

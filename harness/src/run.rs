@@ -1,13 +1,13 @@
 //! Checking one case (a spec at a matrix point) and judging the verdict against the
 //! spec's expectation. A run cut by any limit is inconclusive and never matches.
 
-use crate::error::InputError;
-use crate::point::Point;
+use crate::spec::point::Point;
 use crate::spec::{Case, Expectation, Spec};
-use crate::trace::{self, Trace};
+use crate::trace::{self, shell_quote, Trace};
 use kvcc_model::checker::{self, Limits, Options, Verdict};
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::ContractModel;
+use kvcc_model::InputError;
 use std::path::PathBuf;
 
 /// How every case of a run is checked.
@@ -207,17 +207,4 @@ pub fn reproduce_command(spec: &Spec, point: &Point, settings: &Settings) -> Str
         .map(|a| shell_quote(a))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// Quotes an argument for a POSIX shell when it needs it.
-pub fn shell_quote(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c));
-    if plain {
-        arg.to_string()
-    } else {
-        format!("'{}'", arg.replace('\'', "'\\''"))
-    }
 }

@@ -13,8 +13,8 @@
 //! outputs an engine step handed the aggregator (`apply_observed`), and scheduler events
 //! from how each request's P and D phases change between consecutive states.
 
-use crate::conform::format::{Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION};
 use kvcc_aggregator::{Step, WorkerOutput};
+use kvcc_conform::format::{Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION};
 use kvcc_model::checker::Checkable;
 use kvcc_model::config::{AggregatorPolicy, Connector};
 use kvcc_model::properties::{Kind, CLAUSES};

@@ -14,6 +14,7 @@ pub mod config;
 pub mod decoder;
 pub mod describe;
 pub mod engine;
+pub mod input;
 pub mod lease;
 pub mod model;
 pub mod offload;
@@ -26,6 +27,10 @@ pub mod stateright_properties;
 pub mod symmetry;
 pub mod topology;
 
+/// kvcc's version (the workspace's), stamped into every report, trace and recorded run.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub use config::Config;
+pub use input::InputError;
 pub use model::{Action, ContractModel, Observation};
 pub use state::State;

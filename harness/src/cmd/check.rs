@@ -1,12 +1,13 @@
 //! `kvcc check`.
 
-use crate::error::{self, InputError};
-use crate::point::Selector;
+use crate::report::print_errors;
 use crate::report::{self, github, json, junit, table};
 use crate::run::{self, Outcome, Settings};
+use crate::spec::point::Selector;
 use crate::spec::{self, Case, Spec};
 use crate::Exit;
 use kvcc_model::checker::Limits;
+use kvcc_model::InputError;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ Examples:
 pub struct Args {
     /// Spec files, or directories searched recursively for `*.toml`. A directory named
     /// `specs` (the default) is searched without its `bench/` subdirectory, the benchmark
-    /// set: `kvcc bench` runs it, `kvcc check specs/bench` checks it.
+    /// set: `kvcc-bench` runs it, `kvcc check specs/bench` checks it.
     #[arg(value_name = "PATH", default_value = "specs")]
     pub paths: Vec<String>,
     /// Check only matrix points where KEY has VALUE (repeatable; e.g. `prefill.pcp=2`).
@@ -69,7 +70,7 @@ pub fn exec(args: Args) -> Exit {
     let plan = match plan(&args.paths, &args.points) {
         Ok(plan) => plan,
         Err(errors) => {
-            error::print(&errors);
+            print_errors(&errors);
             return Exit::Input;
         }
     };
@@ -89,7 +90,7 @@ pub fn exec(args: Args) -> Exit {
             let outcome = match run::check(spec, case, &settings) {
                 Ok(o) => o,
                 Err(e) => {
-                    error::print(&[e]);
+                    print_errors(&[e]);
                     return Exit::Input;
                 }
             };
@@ -107,7 +108,7 @@ pub fn exec(args: Args) -> Exit {
 }
 
 /// Loads every spec and builds every case before anything runs: all input errors at once.
-/// `kvcc bench` plans its runs with it too.
+/// `kvcc-bench` plans its runs with it too.
 pub fn plan(
     paths: &[String],
     points: &[Selector],
@@ -205,7 +206,7 @@ fn finish(args: &Args, outcomes: &[Outcome]) -> Exit {
     }
     if let Some(file) = &args.junit {
         if let Err(e) = std::fs::write(file, junit::render(outcomes)) {
-            error::print(&[InputError::file(
+            print_errors(&[InputError::file(
                 file,
                 format!("cannot write JUnit XML: {e}"),
             )]);

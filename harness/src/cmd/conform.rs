@@ -1,9 +1,9 @@
 //! `kvcc conform`.
 
-use crate::conform::format::PolicyName;
-use crate::conform::{self, render, Options, RunReport};
-use crate::error;
+use crate::report::print_errors;
 use crate::Exit;
+use kvcc_conform::format::PolicyName;
+use kvcc_conform::{render, Options, RunReport};
 use std::io::Write;
 
 /// Check recorded runs against the completion contract.
@@ -64,10 +64,10 @@ pub enum PolicyArg {
 }
 
 pub fn exec(args: Args) -> Exit {
-    let runs = match conform::discover(&args.runs) {
+    let runs = match kvcc_conform::discover(&args.runs) {
         Ok(runs) => runs,
         Err(e) => {
-            error::print(&[e]);
+            print_errors(&[e]);
             return Exit::Input;
         }
     };
@@ -81,10 +81,10 @@ pub fn exec(args: Args) -> Exit {
     };
     let mut reports: Vec<RunReport> = Vec::new();
     for run in &runs {
-        let report = match conform::check_run(run, &options) {
+        let report = match kvcc_conform::check_run(run, &options) {
             Ok(report) => report,
             Err(e) => {
-                error::print(&[e]);
+                print_errors(&[e]);
                 return Exit::Input;
             }
         };
@@ -118,8 +118,8 @@ fn stats(report: &RunReport) -> String {
     } else {
         0.0
     };
-    let peak = peak_rss_kib().map_or("unknown".into(), |kib| {
-        format!("{:.1} MiB", kib as f64 / 1024.0)
+    let peak = peak_rss_bytes().map_or("unknown".into(), |bytes| {
+        format!("{:.1} MiB", mib(bytes as f64))
     });
     format!(
         "stats: {}: {} bytes in {:.3} s ({rate:.1} MiB/s), {} steps, {} requests (at most {} tracked at once), peak RSS {peak}",
@@ -127,9 +127,8 @@ fn stats(report: &RunReport) -> String {
     )
 }
 
-/// The process's peak resident set (VmHWM), in KiB, where /proc tells it.
-pub fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+/// The process's peak resident set (`VmHWM`) in bytes, where the kernel tells it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = procfs::process::Process::myself().ok()?.status().ok()?;
+    status.vmhwm.map(|kib| kib * 1024)
 }

@@ -1,11 +1,12 @@
 //! `kvcc explore`.
 
-use crate::error::{self, InputError};
 use crate::explore;
-use crate::point::Selector;
+use crate::report::print_errors;
+use crate::spec::point::Selector;
 use crate::spec::Spec;
 use crate::Exit;
 use kvcc_model::ContractModel;
+use kvcc_model::InputError;
 use std::io::Write;
 
 /// Browse one spec's state space in stateright's web explorer (loopback only).
@@ -40,7 +41,7 @@ pub fn exec(args: Args) -> Exit {
             Exit::Ok
         }
         Err(e) => {
-            error::print(&[e]);
+            print_errors(&[e]);
             Exit::Input
         }
     }

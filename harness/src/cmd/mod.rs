@@ -1,8 +1,7 @@
 //! The subcommands, one file each: its arguments (whose doc comments are the help text)
-//! and an `exec` that runs it. To add one (`conform`, `simulate`, `bench`, ...): a new
+//! and an `exec` that runs it. To add one (`conform`, `simulate`, ...): a new
 //! file here, one `Command` variant and one `exec` arm.
 
-pub mod bench;
 pub mod check;
 pub mod conform;
 pub mod explore;
@@ -22,7 +21,6 @@ Examples:
   kvcc schema > kvcc-spec.schema.json
   kvcc simulate specs/pr59325-fix.toml --seed 1 --runs 20 --out runs
   kvcc conform runs/run-*/prefill              check recorded runs against the contract
-  kvcc bench                                   time the benchmark set in specs/bench/ (release build)
 
 Exit codes: 0 as expected, 1 a finding (a verdict differs from its expectation, a trace
 does not reproduce), 2 a usage or input error.";
@@ -43,7 +41,6 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Check(check::Args),
-    Bench(bench::Args),
     Replay(replay::Args),
     Explore(explore::Args),
     Schema(schema::Args),
@@ -55,7 +52,6 @@ impl Command {
     pub fn exec(self) -> Exit {
         match self {
             Command::Check(args) => check::exec(args),
-            Command::Bench(args) => bench::exec(args),
             Command::Replay(args) => replay::exec(args),
             Command::Explore(args) => explore::exec(args),
             Command::Schema(args) => schema::exec(args),

@@ -1,7 +1,7 @@
 //! `kvcc replay`.
 
-use crate::error;
-use crate::replay::{replay, Replayed};
+use crate::report::print_errors;
+use crate::trace::replay::{replay, Replayed};
 use crate::Exit;
 
 /// Re-execute a counterexample (ITF JSON written by `kvcc check --trace-dir`).
@@ -36,7 +36,7 @@ pub fn exec(args: Args) -> Exit {
             Exit::Finding
         }
         Err(e) => {
-            error::print(&[e]);
+            print_errors(&[e]);
             Exit::Input
         }
     }

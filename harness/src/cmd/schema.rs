@@ -13,6 +13,6 @@ use crate::Exit;
 pub struct Args {}
 
 pub fn exec(_: Args) -> Exit {
-    print!("{}", crate::schema::SCHEMA);
+    print!("{}", crate::spec::schema::SCHEMA);
     Exit::Ok
 }

@@ -1,12 +1,13 @@
 //! `kvcc simulate`.
 
-use crate::error::{self, InputError};
-use crate::point::Selector;
-use crate::run::shell_quote;
+use crate::report::print_errors;
 use crate::simulate::{run_seed, simulate, End, Simulation};
+use crate::spec::point::Selector;
 use crate::spec::Spec;
+use crate::trace::shell_quote;
 use crate::Exit;
 use kvcc_model::ContractModel;
+use kvcc_model::InputError;
 use serde::Serialize;
 use std::path::Path;
 
@@ -68,7 +69,7 @@ pub fn exec(args: Args) -> Exit {
     match run(&args) {
         Ok(()) => Exit::Ok,
         Err(e) => {
-            error::print(&[e]);
+            print_errors(&[e]);
             Exit::Input
         }
     }

@@ -9,6 +9,7 @@ pub mod junit;
 pub mod table;
 
 use crate::run::Outcome;
+use kvcc_model::InputError;
 
 /// `3 checks: 2 as expected, 1 mismatched`.
 pub fn summary(outcomes: &[Outcome]) -> String {
@@ -23,4 +24,23 @@ pub fn summary(outcomes: &[Outcome]) -> String {
         outcomes.len(),
         outcomes.len() - mismatched
     )
+}
+
+/// Prints errors the way every kvcc command does: `error: ...` on stderr, one a line;
+/// under GitHub Actions also an `::error` annotation at the file and line.
+pub fn print_errors(errors: &[InputError]) {
+    for error in errors {
+        eprintln!("error: {error}");
+        if let (true, Some(file)) = (github::active(), &error.file) {
+            let line = error.at.map_or(1, |(line, _)| line);
+            let message = match &error.field {
+                Some(field) => format!("{field}: {}", error.message),
+                None => error.message.clone(),
+            };
+            println!(
+                "{}",
+                github::annotation(file, line, "kvcc: invalid input", &message)
+            );
+        }
+    }
 }

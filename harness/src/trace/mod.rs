@@ -6,10 +6,10 @@
 
 pub mod itf;
 pub mod markdown;
+pub mod replay;
 pub mod text;
 
-use crate::point::{sanitize, Point};
-use crate::run::shell_quote;
+use crate::spec::point::{sanitize, Point};
 use crate::spec::Spec;
 use kvcc_model::checker::{Counterexample, Kind};
 use kvcc_model::properties::CLAUSES;
@@ -164,4 +164,17 @@ fn script(trace: &Trace, replay: &str) -> String {
         trace.clause_name(),
         trace.command
     )
+}
+
+/// Quotes an argument for a POSIX shell when it needs it.
+pub fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
 }

@@ -11,8 +11,8 @@
 
 use super::format::{json_error, line_error, EventKind, EventLine, IdText, Lines, RankLine};
 use super::intern::{IdNum, Interner};
-use crate::error::InputError;
 use kvcc_aggregator::{ConcurrentAggregator, FrontError, Rank, Step, WorkerOutput};
+use kvcc_model::InputError;
 use std::collections::BTreeSet;
 use std::io::BufRead;
 use std::sync::mpsc::SyncSender;

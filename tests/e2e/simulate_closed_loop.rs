@@ -4,19 +4,17 @@
 //! silent replicated ranks; the fix must pass; and over every spec in specs/, conform's
 //! properties must equal the model's on every simulated run.
 
-mod common;
-
-use kvcc::conform::{check_run, Options, RunReport};
-use kvcc::point::Selector;
 use kvcc::simulate::{request_name, run_seed, simulate, End, Simulation};
+use kvcc::spec::point::Selector;
 use kvcc::spec::Spec;
+use kvcc_conform::{check_run, Options, RunReport};
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::state::PrefillPhase;
 use kvcc_model::ContractModel;
 use std::path::Path;
 
 fn spec(name: &str) -> Spec {
-    Spec::load(&common::root().join(name).display().to_string()).expect("spec loads")
+    Spec::load(&crate::common::root().join(name).display().to_string()).expect("spec loads")
 }
 
 fn model_at(spec: &Spec, point: &[&str]) -> ContractModel {
@@ -182,7 +180,7 @@ fn every_spec_simulated_is_flagged_exactly_where_the_model_violates() {
         "send-emitted-before-offload-stores-done",
         "recv-emitted-before-decoders-done",
     ];
-    let mut specs: Vec<_> = std::fs::read_dir(common::root().join("specs"))
+    let mut specs: Vec<_> = std::fs::read_dir(crate::common::root().join("specs"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
@@ -214,7 +212,7 @@ fn every_spec_simulated_is_flagged_exactly_where_the_model_violates() {
                 let mut want: Vec<&str> = Vec::new();
                 for &c in &sim.violated {
                     let clause = &CLAUSES[c];
-                    let monitored = kvcc::conform::monitor::PROPERTIES.contains(&clause.property);
+                    let monitored = kvcc_conform::monitor::PROPERTIES.contains(&clause.property);
                     if monitored
                         && !UNOBSERVABLE.contains(&clause.clause)
                         && !want.contains(&clause.property)

@@ -1,9 +1,7 @@
 //! `kvcc check` end to end: verdicts against expectations, every exit code, every output
 //! format. Fixtures are in tests/fixtures/ (single request, tp = 1, pcp = 2: fast).
 
-mod common;
-
-use common::{fixture, kvcc, line_of, output, run};
+use crate::common::{fixture, kvcc, line_of, output, run};
 
 #[test]
 fn seed_59325_regression_and_fix_check_as_expected_exit_0() {
@@ -106,7 +104,7 @@ fn issue_4_typo_exits_2_naming_file_line_and_field() {
 fn typo_in_a_nested_table_names_the_full_field_path() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pcq.toml");
-    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325.toml")))
+    let text = std::fs::read_to_string(crate::common::root().join(fixture("seed-59325.toml")))
         .unwrap()
         .replace("pcp = 2", "pcq = 2");
     std::fs::write(&file, &text).unwrap();
@@ -151,9 +149,10 @@ fn malformed_toml_exits_2_with_position() {
 fn matrix_value_errors_point_at_the_matrix_entry() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("zero.toml");
-    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325-matrix.toml")))
-        .unwrap()
-        .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
+    let text =
+        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
+            .unwrap()
+            .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
     std::fs::write(&file, &text).unwrap();
     let line = text
         .lines()
@@ -174,7 +173,8 @@ fn matrix_value_errors_point_at_the_matrix_entry() {
 fn bad_matrix_path_and_bad_property_name_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let base =
-        std::fs::read_to_string(common::root().join(fixture("seed-59325-matrix.toml"))).unwrap();
+        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
+            .unwrap();
     for (from, to, want) in [
         (
             "\"prefill.pcp\" = [1, 2, 4]",
@@ -366,12 +366,13 @@ fn github_actions_get_annotations_at_the_expect_line_and_a_summary() {
 fn expect_when_mismatch_is_annotated_at_its_own_line() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("when.toml");
-    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325-matrix.toml")))
-        .unwrap()
-        .replace(
-            "match = { \"prefill.pcp\" = 1 }",
-            "match = { \"prefill.pcp\" = 2 }",
-        );
+    let text =
+        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
+            .unwrap()
+            .replace(
+                "match = { \"prefill.pcp\" = 1 }",
+                "match = { \"prefill.pcp\" = 2 }",
+            );
     std::fs::write(&file, &text).unwrap();
     let line = text
         .lines()
@@ -409,7 +410,7 @@ fn shipped_specs_check_as_expected() {
 fn a_misspelt_spec_table_is_an_unknown_field_not_a_missing_expect() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("expected.toml");
-    let text = std::fs::read_to_string(common::root().join(fixture("seed-59325.toml")))
+    let text = std::fs::read_to_string(crate::common::root().join(fixture("seed-59325.toml")))
         .unwrap()
         .replace("[expect]", "[expected]");
     std::fs::write(&file, &text).unwrap();
@@ -437,7 +438,11 @@ fn a_spec_named_twice_is_checked_once_and_two_specs_may_not_share_a_name() {
     assert!(stdout.contains("1 check: 1 as expected"), "{stdout}");
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("seed-59325.toml");
-    std::fs::copy(common::root().join(fixture("seed-59325.toml")), &copy).unwrap();
+    std::fs::copy(
+        crate::common::root().join(fixture("seed-59325.toml")),
+        &copy,
+    )
+    .unwrap();
     let (code, _, stderr) = run(&["check", &fixture("seed-59325.toml"), copy.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
@@ -462,7 +467,7 @@ fn input_errors_are_annotated_under_github_actions() {
 
 #[test]
 fn long_matrix_points_keep_trace_names_short_and_distinct() {
-    use kvcc::point::Point;
+    use kvcc::spec::point::Point;
     let long = |v: i64| {
         Point(
             (0..20)

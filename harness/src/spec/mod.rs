@@ -21,13 +21,16 @@
 //! into the TOML before `Config` is deserialized, so every error still names its field,
 //! and points at the matrix entry when the matrix put the value there.
 
-use crate::error::InputError;
-use crate::point::{value_text, Point, Selector};
-use crate::schema;
-use crate::source::{field_path, one_line, Part, Seg, Source};
+pub mod point;
+pub mod schema;
+pub mod source;
+
+use crate::spec::point::{value_text, Point, Selector};
+use crate::spec::source::{field_path, one_line, Part, Seg, Source};
 use kvcc_model::checker::Limits;
 use kvcc_model::properties::PROPERTIES;
 use kvcc_model::Config;
+use kvcc_model::InputError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::ops::Range;
@@ -735,7 +738,7 @@ fn when_selectors(
 pub const SPECS_DIR: &str = "specs";
 
 /// The benchmark set's directory inside [`SPECS_DIR`]: its specs take minutes, so walking
-/// a directory named `specs` skips it; `kvcc bench` runs it, as does naming it.
+/// a directory named `specs` skips it; `kvcc-bench` runs it, as does naming it.
 pub const BENCH_DIR: &str = "bench";
 
 /// The spec files under `paths`: files as given, directories searched recursively for

@@ -2,7 +2,7 @@
 //! deserializing (a `Config::validate` failure, a serde error on a value the matrix
 //! set) can still point at `FILE:LINE:COLUMN`.
 
-use crate::error::InputError;
+use kvcc_model::InputError;
 use std::ops::Range;
 use toml_edit::{ImDocument, Item, Table, TableLike, Value};
 

@@ -1,4 +1,4 @@
-//! Aggregator throughput (`kvcc bench --aggregator`): rank-reports per second through the
+//! Aggregator throughput (`kvcc-bench --aggregator`): rank-reports per second through the
 //! deterministic core on one thread, and through the concurrent front with one reporter
 //! thread per rank, pinned to one core and then to two.
 //!
@@ -291,7 +291,7 @@ pub struct Setup {
     pub cores: usize,
 }
 
-/// The measurements `kvcc bench --aggregator` makes, in order.
+/// The measurements `kvcc-bench --aggregator` makes, in order.
 pub const SETUPS: [Setup; 4] = [
     Setup {
         bench: "core",
@@ -385,7 +385,7 @@ struct Line<'a> {
 pub fn json_line(m: &Measured) -> String {
     let line = Line {
         format_version: super::FORMAT_VERSION,
-        kvcc_version: crate::VERSION,
+        kvcc_version: kvcc::VERSION,
         kind: "aggregator",
         bench: m.setup.bench,
         policy: policy_name(m.setup.policy),

@@ -1,12 +1,12 @@
-//! A recorded run of any size for the conform benchmark (`tests/conform_bench.rs`): a
+//! A recorded run of any size for the conform benchmark (`tests/e2e/conform_throughput.rs`): a
 //! prefill engine of 8 ranks under vLLM's counting, where every step delay-frees a batch
 //! of requests with vLLM-shaped ids, each rank reports each of them 1 to 4 steps later,
 //! and the scheduler frees each one the step after its last report. The run conforms, so
 //! conform does all of its work and finds nothing; memory must stay flat however long
 //! it is.
 
-use super::format::{Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION};
 use kvcc_aggregator::{Rank, WorkerOutput};
+use kvcc_conform::format::{Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION};
 use std::io;
 use std::path::Path;
 
@@ -125,7 +125,7 @@ mod tests {
         let generated = generate(&run, 50_000).unwrap();
         assert!(generated.requests > 0);
         let report =
-            crate::conform::check_run(&run.display().to_string(), &Default::default()).unwrap();
+            kvcc_conform::check_run(&run.display().to_string(), &Default::default()).unwrap();
         assert!(report.conforms(), "{:#?}", report.findings);
         assert_eq!(report.steps, generated.steps);
         assert_eq!(report.requests_seen, generated.requests);

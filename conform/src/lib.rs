@@ -1,4 +1,4 @@
-//! `kvcc conform`: does a recorded run honour the completion contract?
+//! kvcc conform: does a recorded run honour the completion contract?
 //!
 //! A run directory records one engine (docs/recorded-run.md, [`format`]). Checking it:
 //!
@@ -22,17 +22,16 @@
 //! line, a step out of order, rank files of different lengths) is an [`InputError`] with
 //! file and line; nothing is skipped.
 
-pub mod bench;
 pub mod format;
 pub mod intern;
 pub mod monitor;
 pub mod reader;
 pub mod render;
 
-use crate::error::InputError;
 use format::{Header, Lines, PolicyName, HEADER_FILE, SCHEDULER_FILE};
 use intern::{IdNum, Interner};
 use kvcc_aggregator::{Aggregator, ConcurrentAggregator, FrontError, Rank, Step};
+use kvcc_model::InputError;
 use monitor::{Finding, Monitor, Setup};
 use reader::{Event, EventMessage, EventRecord, Message, RankStep, Record};
 use std::collections::{BTreeMap, VecDeque};

@@ -1,8 +1,6 @@
 //! Shared helpers for kvcc's end-to-end tests: run the real binary from the workspace
 //! root, so paths in messages read as a user would type them.
 
-#![allow(dead_code)]
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -11,18 +9,26 @@ use std::time::{Duration, Instant};
 /// The longest any one kvcc run may take in these tests.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The workspace root (the parent of `harness/`).
+/// The `kvcc` binary under test: harness/src/main.rs, built again as this package's
+/// `kvcc-dup` so that cargo hands its path to the tests (cargo-nextest's own end-to-end
+/// tests build `cargo-nextest-dup` the same way).
+pub const KVCC: &str = env!("CARGO_BIN_EXE_kvcc-dup");
+
+/// The `kvcc-bench` binary under test (bench/src/main.rs, built again as `kvcc-bench-dup`).
+pub const KVCC_BENCH: &str = env!("CARGO_BIN_EXE_kvcc-bench-dup");
+
+/// The workspace root (the parent of `tests/`).
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("harness/ has a parent")
+        .expect("tests/ has a parent")
         .to_path_buf()
 }
 
 /// `kvcc` with the workspace root as working directory and no GitHub Actions variables,
 /// whatever the environment the tests run in.
 pub fn kvcc() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kvcc"));
+    let mut command = Command::new(KVCC);
     command
         .current_dir(root())
         .env_remove("GITHUB_ACTIONS")
@@ -33,6 +39,11 @@ pub fn kvcc() -> Command {
 /// Runs kvcc with `args`; returns (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     output(kvcc().args(args))
+}
+
+/// Runs kvcc-bench with `args` from the workspace root; returns (exit code, stdout, stderr).
+pub fn run_bench(args: &[&str]) -> (i32, String, String) {
+    output(Command::new(KVCC_BENCH).current_dir(root()).args(args))
 }
 
 /// Runs a command to completion, within `DEADLINE`: a kvcc that blocks fails the test

@@ -1,6 +1,8 @@
-//! Input errors: what `kvcc` prints, with exit code 2, when a spec, a trace or an
-//! argument cannot be used. Each names where (`FILE:LINE:COLUMN`) and what (the field
-//! path) as precisely as the input allows.
+//! Input errors: what `kvcc` prints, with exit code 2, when a spec, a trace, a recorded
+//! run or an argument cannot be used. Each names where (`FILE:LINE:COLUMN`) and what (the
+//! field path) as precisely as the input allows. One type for every crate that reads
+//! input (the harness's spec loader, conform's recorded-run reader), so every command
+//! reports them alike.
 
 use std::fmt;
 
@@ -55,22 +57,3 @@ impl fmt::Display for InputError {
 }
 
 impl std::error::Error for InputError {}
-
-/// Prints errors the way every kvcc command does: `error: ...` on stderr, one a line;
-/// under GitHub Actions also an `::error` annotation at the file and line.
-pub fn print(errors: &[InputError]) {
-    for error in errors {
-        eprintln!("error: {error}");
-        if let (true, Some(file)) = (crate::report::github::active(), &error.file) {
-            let line = error.at.map_or(1, |(line, _)| line);
-            let message = match &error.field {
-                Some(field) => format!("{field}: {}", error.message),
-                None => error.message.clone(),
-            };
-            println!(
-                "{}",
-                crate::report::github::annotation(file, line, "kvcc: invalid input", &message)
-            );
-        }
-    }
-}

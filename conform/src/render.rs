@@ -175,7 +175,7 @@ pub fn markdown(report: &RunReport) -> String {
         "| steps | {} ({} scheduler events) |",
         report.steps, report.events
     );
-    let _ = writeln!(out, "| kvcc | {} |\n", crate::VERSION);
+    let _ = writeln!(out, "| kvcc | {} |\n", kvcc_model::VERSION);
     let (shown, hidden) = shown(report);
     if shown.is_empty() {
         return out;
@@ -253,7 +253,7 @@ struct Line<'a> {
 pub fn json_line(report: &RunReport) -> String {
     let line = Line {
         format_version: FORMAT_VERSION,
-        kvcc_version: crate::VERSION,
+        kvcc_version: kvcc_model::VERSION,
         run: &report.run,
         engine: report.header.engine.name(),
         world_size: report.header.world_size,

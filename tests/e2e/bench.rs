@@ -1,19 +1,17 @@
 //! Issue 6: the benchmark set's state counts are pinned, so an optimisation that changes
 //! what the checker explores is caught (a changed count is a reviewed decision, never a
-//! blind update); `kvcc bench` prints its documented JSON lines and judges verdicts; and
-//! `kvcc check` on `specs/` leaves the slow benchmark set to `kvcc bench`.
+//! blind update); `kvcc-bench` prints its documented JSON lines and judges verdicts; and
+//! `kvcc check` on `specs/` leaves the slow benchmark set to `kvcc-bench`.
 //!
 //! The 6.9-million-state D-side benchmark takes minutes in the test profile, so its full
 //! count is pinned in an ignored test, run in release:
-//! `cargo test --release -p kvcc --test bench -- --ignored`; its one-request version is
+//! `cargo test --release -p kvcc-e2e -- --ignored bench::`; its one-request version is
 //! pinned here.
 
-mod common;
-
-use common::{fixture, root, run};
-use kvcc::bench::aggregator::{self, Workload};
+use crate::common::{fixture, root, run, run_bench};
 use kvcc::run::{self, Observed, Settings};
 use kvcc::spec::Spec;
+use kvcc_bench::aggregator::{self, Workload};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -92,13 +90,13 @@ fn issue6_pr56104_hetero_tp_with_one_request_explores_1951_states() {
 }
 
 #[test]
-#[ignore = "6.9 million states: run in release, cargo test --release -p kvcc --test bench -- --ignored"]
+#[ignore = "6.9 million states: run in release, cargo test --release -p kvcc-e2e -- --ignored bench::"]
 fn issue6_pr56104_hetero_tp_explores_6865097_states() {
     let spec = bench_spec("pr56104-hetero-tp", unchanged);
     assert_eq!(explored(&spec), (6_865_097, 34_261_372));
 }
 
-/// Every field harness/FORMATS.md documents for `kvcc bench --format json` check lines.
+/// Every field harness/FORMATS.md documents for `kvcc-bench --format json` check lines.
 const CHECK_FIELDS: [&str; 23] = [
     "format_version",
     "kvcc_version",
@@ -142,8 +140,7 @@ fn keys(line: &Value) -> BTreeSet<&str> {
 
 #[test]
 fn issue6_bench_json_lines_carry_every_documented_field() {
-    let (code, stdout, stderr) = run(&[
-        "bench",
+    let (code, stdout, stderr) = run_bench(&[
         "--format",
         "json",
         "--runs",
@@ -188,7 +185,7 @@ fn issue6_bench_json_lines_carry_every_documented_field() {
 
 #[test]
 fn issue6_bench_of_a_wrong_expectation_exits_1() {
-    let (code, stdout, _) = run(&["bench", "--runs", "1", &fixture("mismatch.toml")]);
+    let (code, stdout, _) = run_bench(&["--runs", "1", &fixture("mismatch.toml")]);
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("MISMATCH"), "{stdout}");
     assert!(
@@ -199,7 +196,7 @@ fn issue6_bench_of_a_wrong_expectation_exits_1() {
 
 #[test]
 fn issue6_bench_human_table_names_every_column() {
-    let (code, stdout, stderr) = run(&["bench", "--runs", "1", &fixture("seed-59325-fixed.toml")]);
+    let (code, stdout, stderr) = run_bench(&["--runs", "1", &fixture("seed-59325-fixed.toml")]);
     assert_eq!(code, 0, "{stdout}");
     for column in [
         "STATES",
@@ -221,12 +218,12 @@ fn issue6_bench_human_table_names_every_column() {
 
 #[test]
 fn issue6_bench_child_needs_exactly_one_point() {
-    let (code, _, stderr) = run(&["bench", "--one", &fixture("seed-59325-matrix.toml")]);
+    let (code, _, stderr) = run_bench(&["--one", &fixture("seed-59325-matrix.toml")]);
     assert_eq!(code, 2);
     assert!(stderr.contains("pick exactly one matrix point"), "{stderr}");
 }
 
-/// Every field harness/FORMATS.md documents for `kvcc bench --aggregator` lines.
+/// Every field harness/FORMATS.md documents for `kvcc-bench --aggregator` lines.
 const AGGREGATOR_FIELDS: [&str; 15] = [
     "format_version",
     "kvcc_version",

@@ -1,7 +1,7 @@
 //! The conform memory benchmark (not a timed test: `#[ignore]`, run on demand):
 //!
 //! ```sh
-//! cargo test --release -p kvcc --test conform_bench -- --ignored --nocapture
+//! cargo test --release -p kvcc-e2e -- --ignored conform_throughput --nocapture
 //! KVCC_BENCH_BYTES=268435456 cargo test --release ...   # a smaller run
 //! KVCC_BENCH_DIR=/tmp/bench cargo test --release ...    # keep the run, for profiling
 //! ```
@@ -62,7 +62,7 @@ fn conform_streams_a_1_gib_run_under_200_mib() {
     if run.join("header.json").exists() {
         std::fs::remove_dir_all(&run).expect("old run removed");
     }
-    let generated = kvcc::conform::bench::generate(&run, bytes).expect("run generated");
+    let generated = kvcc_bench::recorded_run::generate(&run, bytes).expect("run generated");
     println!(
         "generated {} bytes ({} steps, {} requests, 8 ranks) in {:.1} s",
         generated.bytes,
@@ -73,7 +73,7 @@ fn conform_streams_a_1_gib_run_under_200_mib() {
     let mut rates = Vec::new();
     let mut peaks = Vec::new();
     for attempt in 1..=3 {
-        let output = Command::new(env!("CARGO_BIN_EXE_kvcc"))
+        let output = Command::new(crate::common::KVCC)
             .args(["conform", &run.display().to_string(), "--stats"])
             .output()
             .expect("kvcc runs");

@@ -2,9 +2,7 @@
 //! answer over plain HTTP, and states read in trace vocabulary. Bounded: every wait has
 //! a deadline and the child is killed on every path.
 
-mod common;
-
-use common::{fixture, kvcc, run};
+use crate::common::{fixture, kvcc, run};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};

@@ -7,9 +7,7 @@
 //! verdict and break the same clauses, on every shipped spec point and on variations of
 //! the points that use the offloading connector.
 
-mod common;
-
-use common::root;
+use crate::common::root;
 use kvcc::spec::Spec;
 use kvcc_model::checker::{check, Checkable, Kind, Options, Report};
 use kvcc_model::config::{AggregatorPolicy, Connector, ExpectedCount, ReplicatedReports, Stepping};

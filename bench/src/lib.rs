@@ -1,10 +1,10 @@
-//! `kvcc bench`: how fast and how compactly the checker explores real topologies, and how
+//! `kvcc-bench`: how fast and how compactly the checker explores real topologies, and how
 //! many rank-reports per second the aggregator counts (issue 6).
 //!
 //! Each check (a spec at a matrix point) runs `runs` times, every run in a child process
-//! of the same binary (`kvcc bench --one SPEC --point ...`): the peak resident set
+//! of the same binary (`kvcc-bench --one SPEC --point ...`): the peak resident set
 //! (`VmHWM`) is a process-wide high-water mark, so only a fresh process measures one
-//! check's memory. The child runs the check through [`crate::run::check`], exactly as
+//! check's memory. The child runs the check through [`kvcc::run::check`], exactly as
 //! `kvcc check` does, and prints one [`RunRecord`] as a JSON line. The parent judges the
 //! verdict against the spec's expectation (a benchmark of a wrong model is worthless),
 //! insists that every run explored the same graph, and reports medians: [`Measured`],
@@ -13,20 +13,22 @@
 //! [`aggregator`] measures the aggregator core and its concurrent front in-process.
 
 pub mod aggregator;
+pub mod recorded_run;
 
-use crate::error::InputError;
-use crate::point::Point;
-use crate::run::{self, Observed, Outcome, Settings};
-use crate::spec::{Case, Expectation, Spec};
+use kvcc::cmd::conform::peak_rss_bytes;
+use kvcc::run::{self, Observed, Outcome, Settings};
+use kvcc::spec::point::Point;
+use kvcc::spec::{Case, Expectation, Spec};
+use kvcc_model::InputError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// The version of `kvcc bench --format json` lines.
+/// The version of `kvcc-bench --format json` lines.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// Where `kvcc bench` looks without a PATH.
+/// Where `kvcc-bench` looks without a PATH.
 pub const DEFAULT_PATH: &str = "specs/bench";
 
 /// Whether this binary was built with optimisations for measuring: debug assertions are
@@ -87,16 +89,12 @@ fn verdict_word(observed: &Observed) -> &'static str {
     }
 }
 
-/// The process's peak resident set in bytes (`VmHWM`), where /proc tells it.
-pub fn peak_rss_bytes() -> Option<u64> {
-    crate::cmd::conform::peak_rss_kib().map(|kib| kib * 1024)
-}
-
-/// The 1-minute load average, where /proc tells it: other work on the machine skews
+/// The 1-minute load average, where the kernel tells it: other work on the machine skews
 /// every figure, so each one records the load it was measured under.
 pub fn load_average() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    text.split_whitespace().next()?.parse().ok()
+    <procfs::LoadAverage as procfs::Current>::current()
+        .ok()
+        .map(|load| f64::from(load.one))
 }
 
 /// Runs one check in this process (the child's side) and returns its record.
@@ -117,7 +115,7 @@ pub fn run_child(
     threads: usize,
 ) -> Result<RunRecord, String> {
     let output = Command::new(exe)
-        .args(["bench", "--one", file, "--threads", &threads.to_string()])
+        .args(["--one", file, "--threads", &threads.to_string()])
         .args(point.args())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
@@ -253,7 +251,7 @@ pub fn json_line(m: &Measured) -> String {
     let first = m.first();
     let line = Line {
         format_version: FORMAT_VERSION,
-        kvcc_version: crate::VERSION,
+        kvcc_version: kvcc::VERSION,
         kind: "check",
         spec: &m.spec,
         file: &m.file,
@@ -372,7 +370,7 @@ pub fn banner(what: &str, runs: usize, load_average: Option<f64>) -> String {
     };
     format!(
         "kvcc {} bench, {what}: {runs}, {build}, load average {load} at start",
-        crate::VERSION
+        kvcc::VERSION
     )
 }
 

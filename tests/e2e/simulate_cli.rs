@@ -1,9 +1,7 @@
 //! `kvcc simulate` end to end: what it writes, that a seed reproduces it byte for byte,
 //! that `kvcc conform` reads it, and its input errors.
 
-mod common;
-
-use common::run;
+use crate::common::run;
 use std::path::Path;
 
 const REGRESSION: &str = "specs/pr59325-regression.toml";

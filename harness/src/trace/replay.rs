@@ -1,13 +1,13 @@
 //! `kvcc replay`: re-executes an ITF counterexample against the model built from the spec
 //! it names, confirming every state's facts and the violation at the end.
 
-use crate::error::InputError;
-use crate::point::Point;
+use crate::spec::point::Point;
 use crate::spec::Spec;
 use crate::trace::itf::{ItfTrace, TRACE_FORMAT_VERSION};
 use crate::trace::Facts;
 use kvcc_model::checker::replay_path;
 use kvcc_model::properties::CLAUSES;
+use kvcc_model::InputError;
 use kvcc_model::{describe, Action, ContractModel};
 use std::collections::BTreeSet;
 

@@ -2,9 +2,7 @@
 //! `kvcc_model::Config` (through its "unknown field" and "unknown variant" errors), and
 //! the hand-written schema must name exactly those.
 
-mod common;
-
-use kvcc::schema::{config_field, resolve, schema, RESERVED};
+use kvcc::spec::schema::{config_field, resolve, schema, RESERVED};
 use kvcc_model::properties::PROPERTIES;
 use kvcc_model::Config;
 use serde_json::Value;
@@ -168,7 +166,7 @@ fn schema_knows_config_paths_and_not_spec_keys() {
 
 #[test]
 fn kvcc_schema_prints_the_draft_2020_12_schema() {
-    let (code, stdout, _) = common::run(&["schema"]);
+    let (code, stdout, _) = crate::common::run(&["schema"]);
     assert_eq!(code, 0);
     let printed: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(

@@ -2,9 +2,7 @@
 //! Strict), every output format and exit code, and every kind of bad input — each must
 //! be `error: FILE:LINE...`, exit 2, never a panic and never a silent skip.
 
-mod common;
-
-use common::{fixture, kvcc, output, run};
+use crate::common::{fixture, kvcc, output, run};
 use std::path::{Path, PathBuf};
 
 /// A P run of `world` ranks in a temp dir, with rank lines and scheduler lines as given.

@@ -1,11 +1,23 @@
-//! `kvcc bench`.
+//! `kvcc-bench`: the benchmark runner, kept out of the user's `kvcc` binary. It plans
+//! checks exactly as `kvcc check` does (the same spec loader and matrix) and measures them.
 
-use crate::bench::{self, aggregator, Measured, RELEASE_BUILD};
-use crate::cmd::check::{self, Format};
-use crate::error::{self, InputError};
-use crate::point::Selector;
-use crate::Exit;
+use clap::Parser;
+use kvcc::cmd::check::{self, Format};
+use kvcc::report::print_errors;
+use kvcc::spec::point::Selector;
+use kvcc::Exit;
+use kvcc_bench::{self as bench, aggregator, Measured, RELEASE_BUILD};
+use kvcc_model::InputError;
 use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+// Measure with the allocator `kvcc` ships with (see harness/src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    ExitCode::from(exec(Args::parse()).code())
+}
 
 /// Measure the checker (time, states per second, memory) and the aggregator (reports per
 /// second).
@@ -19,20 +31,24 @@ use std::io::{IsTerminal, Write};
 /// the runs of a check explored different graphs or a run failed, 2 on a usage or input
 /// error.
 ///
-/// Measure a release build only: `cargo run --release -p kvcc -- bench`. A build with
+/// Measure a release build only: `cargo run --release -p kvcc-bench`. A build with
 /// debug assertions warns, and its figures are not comparable. Other work on the machine
 /// skews every figure: each records the load average it started under.
 ///
 /// `--aggregator` measures rank-reports per second instead: through the aggregator core
 /// on one core (policies countdown and strict), and through the concurrent front with 8
 /// reporter threads pinned to one core, then to two.
-#[derive(Debug, clap::Args)]
-#[command(after_help = "\
+#[derive(Debug, Parser)]
+#[command(
+    name = "kvcc-bench",
+    version,
+    after_help = "\
 Examples:
-  cargo run --release -p kvcc -- bench                the benchmark set in specs/bench/
-  kvcc bench specs/bench/pr56104-hetero-tp.toml --runs 5 --threads 2
-  kvcc bench specs/pr59325-fix.toml --point requests=2 --format json >> bench.jsonl
-  kvcc bench --aggregator")]
+  cargo run --release -p kvcc-bench                        the benchmark set in specs/bench/
+  kvcc-bench specs/bench/pr56104-hetero-tp.toml --runs 5 --threads 2
+  kvcc-bench specs/pr59325-fix.toml --point requests=2 --format json >> bench.jsonl
+  kvcc-bench --aggregator"
+)]
 pub struct Args {
     /// Spec files, or directories searched recursively for `*.toml`.
     #[arg(value_name = "PATH", default_value = bench::DEFAULT_PATH)]
@@ -61,14 +77,14 @@ pub struct Args {
     pub one: Option<String>,
 }
 
-pub fn exec(args: Args) -> Exit {
+fn exec(args: Args) -> Exit {
     if let Some(file) = &args.one {
         return one(file, &args);
     }
     if !RELEASE_BUILD {
         eprintln!(
             "warning: this kvcc was built with debug assertions: its figures are not \
-             comparable; measure with `cargo run --release -p kvcc -- bench`"
+             comparable; measure with `cargo run --release -p kvcc-bench`"
         );
     }
     if args.aggregator {
@@ -77,15 +93,15 @@ pub fn exec(args: Args) -> Exit {
     let plan = match check::plan(&args.paths, &args.points) {
         Ok(plan) => plan,
         Err(errors) => {
-            error::print(&errors);
+            print_errors(&errors);
             return Exit::Input;
         }
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => {
-            error::print(&[InputError::usage(format!(
-                "cannot find this kvcc binary to run checks in: {e}"
+            print_errors(&[InputError::usage(format!(
+                "cannot find this kvcc-bench binary to run checks in: {e}"
             ))]);
             return Exit::Input;
         }
@@ -179,7 +195,7 @@ fn one(file: &str, args: &Args) -> Exit {
     let plan = match check::plan(&[file.to_string()], &args.points) {
         Ok(plan) => plan,
         Err(errors) => {
-            error::print(&errors);
+            print_errors(&errors);
             return Exit::Input;
         }
     };
@@ -188,7 +204,7 @@ fn one(file: &str, args: &Args) -> Exit {
         .flat_map(|(spec, cases)| cases.iter().map(move |case| (spec, case)))
         .collect();
     let [(spec, case)] = cases[..] else {
-        error::print(&[InputError::usage(format!(
+        print_errors(&[InputError::usage(format!(
             "--one needs --point selectors that pick exactly one matrix point of {file}, \
              they pick {}",
             cases.len()
@@ -201,7 +217,7 @@ fn one(file: &str, args: &Args) -> Exit {
             Exit::Ok
         }
         Err(e) => {
-            error::print(&[e]);
+            print_errors(&[e]);
             Exit::Input
         }
     }

@@ -2,8 +2,6 @@
 //! against objects shaped like vLLM's `KVConnectorOutput`, with this build's `kvcc` so
 //! that every run it writes is also conformed. Skipped only when python3 is absent.
 
-mod common;
-
 use std::process::Command;
 
 fn python3() -> Option<Command> {
@@ -22,8 +20,8 @@ fn recorder_unittests_pass_and_conform_reads_what_it_writes() {
     };
     let output = python
         .args(["-m", "unittest", "-v", "test_kvcc_recorder"])
-        .current_dir(common::root().join("recorder"))
-        .env("KVCC_BIN", env!("CARGO_BIN_EXE_kvcc"))
+        .current_dir(crate::common::root().join("recorder"))
+        .env("KVCC_BIN", crate::common::KVCC)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .expect("python3 runs");

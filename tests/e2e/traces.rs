@@ -2,9 +2,7 @@
 //! violated clause, and `kvcc replay` re-executes the ITF one (issue 4's acceptance:
 //! the #59325 regression spec, then the same trace against the fixed spec).
 
-mod common;
-
-use common::{fixture, kvcc, output, run};
+use crate::common::{fixture, kvcc, output, run};
 use kvcc_model::checker::replay_path;
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::{describe, Action, ContractModel};
@@ -136,8 +134,9 @@ fn itf_round_trip_replays_to_the_same_violation() {
         .collect();
     let clause = trace["#meta"]["clause-index"].as_u64().unwrap() as usize;
     assert_eq!(CLAUSES[clause].property, "eventually-freed");
-    let spec = kvcc::spec::Spec::load(common::root().join(&spec_file).to_str().unwrap()).unwrap();
-    let config = spec.config(&kvcc::point::Point::default()).unwrap();
+    let spec =
+        kvcc::spec::Spec::load(crate::common::root().join(&spec_file).to_str().unwrap()).unwrap();
+    let config = spec.config(&kvcc::spec::point::Point::default()).unwrap();
     let model = ContractModel::new(config);
     let states = replay_path(&model, &actions, clause).expect("the trace reproduces");
     let last = describe::facts(states.last().unwrap());
@@ -163,7 +162,11 @@ fn issue_4_replay_reproduces_exit_0() {
 /// The spec copied into `dir`, checked there with traces in `dir/traces`.
 fn traced_copy(dir: &Path) -> (PathBuf, PathBuf) {
     let spec = dir.join("seed-59325.toml");
-    std::fs::copy(common::root().join(fixture("seed-59325.toml")), &spec).unwrap();
+    std::fs::copy(
+        crate::common::root().join(fixture("seed-59325.toml")),
+        &spec,
+    )
+    .unwrap();
     let traces = dir.join("traces");
     check_with_traces(spec.to_str().unwrap(), &traces, &[]);
     (spec, traces.join(format!("seed-59325__{CLAUSE}.itf.json")))

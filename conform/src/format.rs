@@ -6,8 +6,8 @@
 //! same format for `kvcc simulate` and the benchmark generator. Every parse error names
 //! the file, the line and, when it can, the column.
 
-use crate::error::InputError;
 use kvcc_aggregator::{Policy, Rank, WorkerOutput};
+use kvcc_model::InputError;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -153,7 +153,7 @@ impl Header {
                     format!(
                         "format_version {} is not supported by kvcc {} (it reads {FORMAT_VERSION})",
                         value["format_version"],
-                        crate::VERSION
+                        kvcc_model::VERSION
                     ),
                 ))
             }

@@ -1,0 +1,17 @@
+//! kvcc's end-to-end suite: the real binaries (`kvcc`, `kvcc-bench`) run over the fixtures
+//! in `tests/fixtures/` and the shipped `specs/`, as a user runs them. One test binary
+//! with a module per subject, so the suite links once.
+
+mod common;
+
+mod bench;
+mod check;
+mod conform_cli;
+mod conform_recorder;
+mod conform_throughput;
+mod explore;
+mod reduction;
+mod schema;
+mod simulate_cli;
+mod simulate_closed_loop;
+mod traces;
