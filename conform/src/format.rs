@@ -206,6 +206,7 @@ pub fn json_error(file: &str, line: u64, e: &serde_json::Error) -> InputError {
         at: Some((at_line as usize, e.column().max(1))),
         field: None,
         message,
+        ..InputError::default()
     }
 }
 
@@ -231,6 +232,7 @@ pub fn line_error(
         at: Some((line as usize, column)),
         field: None,
         message: message.into(),
+        ..InputError::default()
     }
 }
 
@@ -289,6 +291,7 @@ impl<R: BufRead> Lines<R> {
                 at: Some((self.line as usize, 1)),
                 field: None,
                 message: format!("line longer than {} MiB", LINE_BYTES_MAX >> 20),
+                ..InputError::default()
             });
         }
         if self.buf.iter().all(u8::is_ascii_whitespace) {
@@ -297,6 +300,7 @@ impl<R: BufRead> Lines<R> {
                 at: Some((self.line as usize, 1)),
                 field: None,
                 message: "blank line: every line is one JSON object".into(),
+                ..InputError::default()
             });
         }
         Ok(Some(Line {

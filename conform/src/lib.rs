@@ -494,6 +494,7 @@ impl Events {
                 at: Some((event.line as usize, 1)),
                 field: None,
                 message: format!("event at step {}, but {last}", event.step),
+                ..InputError::default()
             });
         }
         Ok(())

@@ -125,6 +125,7 @@ fn send_batch(
                     at: Some((record.line as usize, 1)),
                     field: None,
                     message: format!("the aggregator refused this step: {e}"),
+                    ..InputError::default()
                 }));
                 return false;
             }

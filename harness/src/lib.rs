@@ -6,8 +6,10 @@
 //!   the JSON Schema) and builds a `kvcc_model::Config` for each point;
 //! - [`run`] checks every point with `kvcc_model::checker` and compares the verdict with
 //!   the spec's expectation;
+//! - [`shard`] splits a run's checks over machines, balanced by estimated cost, and
+//!   [`progress`] shows a run's progress on stderr;
 //! - [`report`] renders results (table, JSON lines, JUnit XML, GitHub annotations) and
-//!   input errors;
+//!   input errors (compiler-style, with the source line);
 //! - [`trace`] writes counterexamples as text, Markdown (with Mermaid) and ITF JSON, and
 //!   replays an ITF trace against the model;
 //! - [`explore`] serves stateright's web explorer on loopback;
@@ -16,8 +18,10 @@
 
 pub mod cmd;
 pub mod explore;
+pub mod progress;
 pub mod report;
 pub mod run;
+pub mod shard;
 pub mod simulate;
 pub mod spec;
 pub mod trace;

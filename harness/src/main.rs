@@ -11,5 +11,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cli.color.apply();
     ExitCode::from(cli.command.exec().code())
 }

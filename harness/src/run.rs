@@ -13,6 +13,8 @@ use std::path::PathBuf;
 /// How every case of a run is checked.
 #[derive(Clone, Debug, Default)]
 pub struct Settings {
+    /// Live counters for the progress display, if one is shown.
+    pub progress: Option<std::sync::Arc<kvcc_model::checker::Progress>>,
     pub threads: usize,
     /// Command-line limits; each one set overrides the spec's.
     pub limits: Limits,
@@ -137,6 +139,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         threads: settings.threads.max(1),
         symmetry: true,
         limits: limits(spec, settings),
+        progress: settings.progress.clone(),
     };
     let report = checker::check(&model, &options);
     let violations: Vec<Violation> = report

@@ -1,8 +1,9 @@
 //! States and actions in vLLM's vocabulary, for traces, the explorer and reviewers.
 //!
 //! A state is described as a flat, ordered map of named facts (`P req0`, `P rank1 req0`,
-//! `D agg finished_recving req0`, ...). Traces print only the facts a step changed, and
-//! the ITF trace format stores these maps as its states.
+//! `P aggregator finished_sending`, ...), each a typed [`Value`]. Traces print only the
+//! facts a step changed, and the ITF trace format stores these maps, typed, as its
+//! states.
 
 use crate::model::{Action, ContractModel};
 use crate::offload::StoresDone;
@@ -136,16 +137,77 @@ pub fn action_name(action: &Action) -> &'static str {
     }
 }
 
-/// Every fact of a state, by name. Facts at their initial "nothing happened" value are
-/// still listed, so a diff shows every change.
+/// A fact's value, typed as the Informal Trace Format types values (strings, integers,
+/// sets, maps, tuples), so that tools reading a trace can compute on it; `Display` is how
+/// traces print it for people.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Value {
+    /// A phase or a name, in vLLM's words.
+    Text(String),
+    Int(i64),
+    /// Printed as its elements joined by `, `, or `-` when empty.
+    Set(Vec<Value>),
+    /// Printed as `key: value` pairs joined by `, `, or `-` when empty.
+    Map(Vec<(Value, Value)>),
+    /// Printed as its elements joined by `/` (`1/2`: one of two).
+    Tup(Vec<Value>),
+}
+
+impl Value {
+    fn text(text: impl Into<String>) -> Value {
+        Value::Text(text.into())
+    }
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn joined(
+            f: &mut std::fmt::Formatter<'_>,
+            items: impl ExactSizeIterator<Item = String>,
+            separator: &str,
+        ) -> std::fmt::Result {
+            if items.len() == 0 {
+                return f.write_str("-");
+            }
+            f.write_str(&items.collect::<Vec<_>>().join(separator))
+        }
+        match self {
+            Value::Text(s) => f.write_str(s),
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Set(items) => joined(f, items.iter().map(|v| v.to_string()), ", "),
+            Value::Map(pairs) => joined(f, pairs.iter().map(|(k, v)| format!("{k}: {v}")), ", "),
+            Value::Tup(items) => joined(f, items.iter().map(|v| v.to_string()), "/"),
+        }
+    }
+}
+
+/// Every fact of a state, by name, as text (see [`values`]).
 pub fn facts(state: &State) -> BTreeMap<String, String> {
+    values(state)
+        .into_iter()
+        .map(|(name, value)| (name, value.to_string()))
+        .collect()
+}
+
+/// Every fact of a state, by name, typed. Facts at their initial "nothing happened"
+/// value are still listed, so a diff shows every change.
+pub fn values(state: &State) -> BTreeMap<String, Value> {
     let t = state.topology();
     let mut facts = BTreeMap::new();
     for (i, q) in state.requests.iter().enumerate() {
-        facts.insert(format!("P req{i}"), prefill_phase(q.prefill).into());
-        facts.insert(format!("P req{i} send metadata"), metadata(q.send_meta));
-        facts.insert(format!("D req{i}"), decode_phase(q.decode, q.prefix_hit));
-        facts.insert(format!("D req{i} load metadata"), metadata(q.recv_meta));
+        facts.insert(format!("P req{i}"), Value::text(prefill_phase(q.prefill)));
+        facts.insert(
+            format!("P req{i} send metadata"),
+            Value::text(metadata(q.send_meta)),
+        );
+        facts.insert(
+            format!("D req{i}"),
+            Value::text(decode_phase(q.decode, q.prefix_hit)),
+        );
+        facts.insert(
+            format!("D req{i} load metadata"),
+            Value::text(metadata(q.recv_meta)),
+        );
         for rank in 0..t.prefill_world {
             let cell = state.prefill_cell(rank, i as u8);
             let role = if t.is_transfer(rank) {
@@ -154,38 +216,36 @@ pub fn facts(state: &State) -> BTreeMap<String, String> {
                 " (replica)"
             };
             let send = match cell.send {
-                SendPhase::InBatch => "in batch".to_string(),
-                SendPhase::ToSend => "to send (lease armed)".to_string(),
-                SendPhase::Done => "done, report pending".to_string(),
-                SendPhase::Reported => "reported".to_string(),
+                SendPhase::InBatch => "in batch",
+                SendPhase::ToSend => "to send (lease armed)",
+                SendPhase::Done => "done, report pending",
+                SendPhase::Reported => "reported",
                 SendPhase::Cleared => {
-                    "reported, CLEARED by the connector (never reaches the aggregator)".to_string()
+                    "reported, CLEARED by the connector (never reaches the aggregator)"
                 }
-                SendPhase::Silent => "silent".to_string(),
+                SendPhase::Silent => "silent",
             };
-            let notes = if t.is_transfer(rank) {
-                format!(
-                    ", notifications {}/{}",
-                    cell.notifications,
-                    t.expected_consumers[usize::from(rank)]
-                )
-            } else {
-                String::new()
-            };
-            facts.insert(
-                format!("P rank{rank}{role} req{i}"),
-                format!("{send}{notes}"),
-            );
+            facts.insert(format!("P rank{rank}{role} req{i}"), Value::text(send));
+            if t.is_transfer(rank) {
+                // Notifications received of those expected.
+                facts.insert(
+                    format!("P rank{rank} req{i} notifications"),
+                    Value::Tup(vec![
+                        Value::Int(i64::from(cell.notifications)),
+                        Value::Int(i64::from(t.expected_consumers[usize::from(rank)])),
+                    ]),
+                );
+            }
             if cell.store != StorePhase::NotUsed {
                 facts.insert(
                     format!("P rank{rank} req{i} offload store"),
-                    format!("{:?}", cell.store).to_lowercase(),
+                    Value::text(format!("{:?}", cell.store).to_lowercase()),
                 );
             }
             if cell.load != LoadPhase::NotUsed {
                 facts.insert(
                     format!("P rank{rank} req{i} load"),
-                    format!("{:?}", cell.load).to_lowercase(),
+                    Value::text(format!("{:?}", cell.load).to_lowercase()),
                 );
             }
         }
@@ -202,7 +262,7 @@ pub fn facts(state: &State) -> BTreeMap<String, String> {
                     "D rank{} read of P rank{} req{i}",
                     plan.decoder, plan.source
                 ),
-                phase.into(),
+                Value::text(phase),
             );
         }
         for d in 0..t.decode_world {
@@ -214,7 +274,7 @@ pub fn facts(state: &State) -> BTreeMap<String, String> {
                 DecodeCell::Reported => "reported",
                 DecodeCell::Silent => "silent",
             };
-            facts.insert(format!("D rank{d} req{i}"), cell.into());
+            facts.insert(format!("D rank{d} req{i}"), Value::text(cell));
         }
     }
     aggregator_facts(&mut facts, "P", &state.prefill_aggregator);
@@ -223,46 +283,39 @@ pub fn facts(state: &State) -> BTreeMap<String, String> {
     facts
 }
 
+fn request(id: u8) -> Value {
+    Value::Text(format!("req{id}"))
+}
+
+/// E, each direction's open countdowns (request: reports to go) and the failed loads
+/// held back until their request completes.
 fn aggregator_facts(
-    facts: &mut BTreeMap<String, String>,
+    facts: &mut BTreeMap<String, Value>,
     engine: &str,
     aggregator: &Aggregator<u8>,
 ) {
     facts.insert(
         format!("{engine} aggregator E"),
-        aggregator.expected().to_string(),
+        Value::Int(i64::from(aggregator.expected())),
     );
     for direction in [Direction::Sending, Direction::Recving] {
-        let open: Vec<String> = aggregator
+        let open = aggregator
             .open_ids(direction)
             .map(|id| {
-                format!(
-                    "req{id}: {} to go",
-                    aggregator.remaining(direction, id).unwrap_or(0)
-                )
+                let to_go = aggregator.remaining(direction, id).unwrap_or(0);
+                (request(*id), Value::Int(i64::from(to_go)))
             })
             .collect();
-        facts.insert(
-            format!("{engine} aggregator {direction}"),
-            if open.is_empty() {
-                "-".into()
-            } else {
-                open.join(", ")
-            },
-        );
+        facts.insert(format!("{engine} aggregator {direction}"), Value::Map(open));
     }
-    let pending: Vec<String> = aggregator
+    let pending = aggregator
         .pending_failed()
         .iter()
-        .map(|id| format!("req{id}"))
+        .map(|&id| request(id))
         .collect();
     facts.insert(
         format!("{engine} aggregator failed_recving pending"),
-        if pending.is_empty() {
-            "-".into()
-        } else {
-            pending.join(", ")
-        },
+        Value::Set(pending),
     );
 }
 
@@ -303,7 +356,7 @@ fn metadata(meta: Metadata) -> String {
     }
 }
 
-fn incidents(incidents: Incidents) -> String {
+fn incidents(incidents: Incidents) -> Value {
     const NAMES: [(u16, &str); 10] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
@@ -331,16 +384,13 @@ fn incidents(incidents: Incidents) -> String {
             "P load emitted for unknown request",
         ),
     ];
-    let names: Vec<&str> = NAMES
-        .iter()
-        .filter(|(bit, _)| incidents.has(*bit))
-        .map(|(_, n)| *n)
-        .collect();
-    if names.is_empty() {
-        "-".into()
-    } else {
-        names.join(", ")
-    }
+    Value::Set(
+        NAMES
+            .iter()
+            .filter(|(bit, _)| incidents.has(*bit))
+            .map(|(_, n)| Value::text(*n))
+            .collect(),
+    )
 }
 
 /// The facts that differ between two states: (name, before, after).

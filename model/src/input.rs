@@ -6,8 +6,9 @@
 
 use std::fmt;
 
-/// One input error: `FILE:LINE:COLUMN: FIELD.PATH: message`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One input error: `FILE:LINE:COLUMN: FIELD.PATH: message`, and what a compiler-style
+/// report adds to it (how much of the line to underline, a help line).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InputError {
     /// The file, as given on the command line; None for a command-line argument.
     pub file: Option<String>,
@@ -16,6 +17,11 @@ pub struct InputError {
     /// The field path (`prefill.pcp`), when the error is about one field.
     pub field: Option<String>,
     pub message: String,
+    /// Characters from `at` that the error is about (the key or value); 0 when only the
+    /// position is known.
+    pub len: usize,
+    /// What to do about it, e.g. the closest valid key (`did you mean ...`).
+    pub help: Option<String>,
 }
 
 impl InputError {
@@ -23,19 +29,26 @@ impl InputError {
     pub fn file(file: &str, message: impl Into<String>) -> InputError {
         InputError {
             file: Some(file.to_string()),
-            at: None,
-            field: None,
             message: message.into(),
+            ..InputError::default()
         }
     }
 
     /// An error about a command-line argument.
     pub fn usage(message: impl Into<String>) -> InputError {
         InputError {
-            file: None,
-            at: None,
-            field: None,
             message: message.into(),
+            ..InputError::default()
+        }
+    }
+}
+
+impl InputError {
+    /// The same error with a help line.
+    pub fn with_help(self, help: impl Into<String>) -> InputError {
+        InputError {
+            help: Some(help.into()),
+            ..self
         }
     }
 }

@@ -24,6 +24,7 @@ fn ours(
             threads,
             symmetry,
             limits: Limits::default(),
+            progress: None,
         },
     )
 }
@@ -251,6 +252,7 @@ fn a_limit_makes_the_run_inconclusive_never_a_pass() {
                 threads: 2,
                 symmetry: true,
                 limits,
+                progress: None,
             },
         )
     };

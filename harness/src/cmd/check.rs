@@ -1,8 +1,10 @@
 //! `kvcc check`.
 
-use crate::report::print_errors;
-use crate::report::{self, github, json, junit, table};
+use crate::progress::Progress;
+use crate::report::json::{self, Position};
+use crate::report::{self, Output};
 use crate::run::{self, Outcome, Settings};
+use crate::shard::{self, Shard};
 use crate::spec::point::Selector;
 use crate::spec::{self, Case, Spec};
 use crate::Exit;
@@ -13,18 +15,21 @@ use std::time::Duration;
 
 /// Check specs: every matrix point of every spec, against its expected verdict.
 ///
-/// Prints a table of verdict (`holds`, `violated (property: clause, ...)` or
-/// `inconclusive (which limit)`), expectation, unique states, depth and time. Exit 0 when
-/// every verdict matches its expectation, 1 when any differs (a run cut by a limit never
-/// matches), 2 on a usage or input error. Under GitHub Actions (GITHUB_ACTIONS=true) each
-/// mismatch is also an `::error` annotation at the spec line stating the expectation, and
-/// a Markdown table is appended to $GITHUB_STEP_SUMMARY.
+/// Prints a table, as wide as the terminal (COLUMNS), of verdict (`holds`, `violated
+/// (property: clause, ...)` or `inconclusive (which limit)`), expectation, unique states,
+/// depth and time. Exit 0 when every verdict matches its expectation, 1 when any differs
+/// (a run cut by a limit never matches), 2 on a usage or input error (JSON and JUnit
+/// still say which). Under GitHub Actions (GITHUB_ACTIONS=true) each mismatch is also an
+/// `::error` annotation at the spec line stating the expectation, and a table with the
+/// Markdown trace of every mismatch is appended to $GITHUB_STEP_SUMMARY. Progress goes to
+/// stderr: a bar on a terminal, a line every few seconds elsewhere.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
   kvcc check                                   every spec under specs/
   kvcc check specs/pr59325-regression.toml --trace-dir traces
   kvcc check specs/ --format json --junit kvcc.xml
+  kvcc check --shard 2/3 --format json > shard-2.jsonl   then: kvcc merge shard-*.jsonl
   kvcc check specs/pr59325-regression.toml --point prefill.pcp=2 --max-states 100000")]
 pub struct Args {
     /// Spec files, or directories searched recursively for `*.toml`. A directory named
@@ -58,6 +63,14 @@ pub struct Args {
     /// (ITF, for `kvcc replay`) and NAME.sh (the reproduce command).
     #[arg(long, value_name = "DIR")]
     pub trace_dir: Option<String>,
+    /// Run only the I-th of N slices of the checks (1-based), balanced by estimated cost:
+    /// N runners with `--shard 1/N` .. `N/N` run every check once; `kvcc merge` combines
+    /// their `--format json` output into one report, JUnit and exit code.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
+    /// Print only mismatches and the summary line, and no progress.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -67,44 +80,67 @@ pub enum Format {
 }
 
 pub fn exec(args: Args) -> Exit {
+    let out = Output {
+        json: args.format == Format::Json,
+        junit: args.junit.clone(),
+        quiet: args.quiet,
+        trace_dir: args.trace_dir.clone(),
+    };
     let plan = match plan(&args.paths, &args.points) {
         Ok(plan) => plan,
-        Err(errors) => {
-            print_errors(&errors);
-            return Exit::Input;
+        Err(errors) => return report::finish(&out, &[], &errors),
+    };
+    let checks: Vec<(&Spec, &Case)> = plan
+        .iter()
+        .flat_map(|(spec, cases)| cases.iter().map(move |case| (spec, case)))
+        .collect();
+    // Estimates feed the shard assignment and the terminal's ETA; a plain run piped to a
+    // log needs neither, and skips the probes.
+    let bar = !args.quiet && std::io::stderr().is_terminal();
+    let costs = if args.shard.is_some() || bar {
+        shard::estimate(&checks)
+    } else {
+        vec![1; checks.len()]
+    };
+    let selected: Vec<usize> = match args.shard {
+        None => (0..checks.len()).collect(),
+        Some(s) => {
+            let shard_of = shard::assign(&costs, s.count);
+            (0..checks.len())
+                .filter(|&i| shard_of[i] == s.index - 1)
+                .collect()
         }
     };
-    let settings = settings(&args);
-    let total: usize = plan.iter().map(|(_, cases)| cases.len()).sum();
-    let progress = std::io::stderr().is_terminal();
+    let mut settings = settings(&args);
+    let mut progress = Progress::new(selected.iter().map(|&i| costs[i]).collect(), args.quiet);
+    settings.progress = Some(progress.counters());
     let mut outcomes: Vec<Outcome> = Vec::new();
-    for (spec, cases) in &plan {
-        for case in cases {
-            if progress {
-                eprint!(
-                    "\rchecking {}/{total}: {}...\x1b[K",
-                    outcomes.len() + 1,
-                    title(spec, case)
-                );
+    for (n, &i) in selected.iter().enumerate() {
+        let (spec, case) = checks[i];
+        progress.start(n, &title(spec, case));
+        let outcome = match run::check(spec, case, &settings) {
+            Ok(o) => o,
+            Err(e) => {
+                drop(progress);
+                return report::finish(&out, &outcomes, &[e]);
             }
-            let outcome = match run::check(spec, case, &settings) {
-                Ok(o) => o,
-                Err(e) => {
-                    print_errors(&[e]);
-                    return Exit::Input;
-                }
+        };
+        progress.finish();
+        if out.json {
+            let at = Position {
+                check: i,
+                checks: checks.len(),
+                shard: args.shard,
             };
-            if args.format == Format::Json {
-                println!("{}", json::line(&outcome));
+            progress.suspend(|| {
+                println!("{}", json::line(&outcome, at));
                 let _ = std::io::stdout().flush();
-            }
-            outcomes.push(outcome);
+            });
         }
+        outcomes.push(outcome);
     }
-    if progress {
-        eprint!("\r\x1b[K");
-    }
-    finish(&args, &outcomes)
+    drop(progress);
+    report::finish(&out, &outcomes, &[])
 }
 
 /// Loads every spec and builds every case before anything runs: all input errors at once.
@@ -155,6 +191,7 @@ fn settings(args: &Args) -> Settings {
         limit_args.extend(["--timeout".to_string(), n.to_string()]);
     }
     Settings {
+        progress: None,
         threads,
         limits: Limits {
             max_states: args.max_states,
@@ -172,50 +209,5 @@ fn title(spec: &Spec, case: &Case) -> String {
         spec.name.clone()
     } else {
         format!("{} [{}]", spec.name, case.point)
-    }
-}
-
-/// Reports (table, JUnit, GitHub) and the exit code.
-fn finish(args: &Args, outcomes: &[Outcome]) -> Exit {
-    if args.format == Format::Human {
-        print!("{}", table::render(outcomes));
-        println!("\n{}", report::summary(outcomes));
-        let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
-        if let (Some(dir), true) = (&args.trace_dir, traces > 0) {
-            println!("counterexamples: {} trace files in {dir}", traces);
-        }
-    }
-    if github::active() {
-        for line in github::annotations(outcomes) {
-            // stdout stays JSON lines with --format json; the runner reads both streams.
-            match args.format {
-                Format::Human => println!("{line}"),
-                Format::Json => eprintln!("{line}"),
-            }
-        }
-        if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") {
-            let appended = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .and_then(|mut f| f.write_all(github::summary(outcomes).as_bytes()));
-            if let Err(e) = appended {
-                eprintln!("warning: cannot append to GITHUB_STEP_SUMMARY: {e}");
-            }
-        }
-    }
-    if let Some(file) = &args.junit {
-        if let Err(e) = std::fs::write(file, junit::render(outcomes)) {
-            print_errors(&[InputError::file(
-                file,
-                format!("cannot write JUnit XML: {e}"),
-            )]);
-            return Exit::Input;
-        }
-    }
-    if outcomes.iter().all(|o| o.matches) {
-        Exit::Ok
-    } else {
-        Exit::Finding
     }
 }

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod conform;
 pub mod explore;
+pub mod merge;
 pub mod replay;
 pub mod schema;
 pub mod simulate;
@@ -21,6 +22,8 @@ Examples:
   kvcc schema > kvcc-spec.schema.json
   kvcc simulate specs/pr59325-fix.toml --seed 1 --runs 20 --out runs
   kvcc conform runs/run-*/prefill              check recorded runs against the contract
+  kvcc check --shard 1/3 --format json > s1.jsonl    one of three runners; then
+  kvcc merge s1.jsonl s2.jsonl s3.jsonl --junit kvcc.xml
 
 Exit codes: 0 as expected, 1 a finding (a verdict differs from its expectation, a trace
 does not reproduce), 2 a usage or input error.";
@@ -36,6 +39,30 @@ does not reproduce), 2 a usage or input error.";
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// When to colour output: `auto` (a terminal, unless NO_COLOR is set), `always`,
+    /// `never`.
+    #[arg(long, value_enum, global = true, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    pub color: ColorWhen,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorWhen {
+    /// Makes the choice for every anstream stream of the process (anstream's `auto`
+    /// reads NO_COLOR, CLICOLOR_FORCE and whether the stream is a terminal).
+    pub fn apply(self) {
+        let choice = match self {
+            ColorWhen::Auto => anstream::ColorChoice::Auto,
+            ColorWhen::Always => anstream::ColorChoice::Always,
+            ColorWhen::Never => anstream::ColorChoice::Never,
+        };
+        choice.write_global();
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,6 +73,7 @@ pub enum Command {
     Schema(schema::Args),
     Conform(conform::Args),
     Simulate(simulate::Args),
+    Merge(merge::Args),
 }
 
 impl Command {
@@ -57,6 +85,7 @@ impl Command {
             Command::Schema(args) => schema::exec(args),
             Command::Conform(args) => conform::exec(args),
             Command::Simulate(args) => simulate::exec(args),
+            Command::Merge(args) => merge::exec(args),
         }
     }
 }

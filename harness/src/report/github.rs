@@ -1,7 +1,10 @@
 //! GitHub Actions: an `::error` annotation at the spec line that states each unmet
-//! expectation, and a Markdown table for the job summary (`$GITHUB_STEP_SUMMARY`).
+//! expectation, and a job summary (`$GITHUB_STEP_SUMMARY`): a Markdown table and the
+//! Markdown trace, Mermaid diagram included, of every mismatch.
 
+use crate::report::diagnostic;
 use crate::run::Outcome;
+use kvcc_model::InputError;
 use std::fmt::Write;
 
 /// Whether we run under GitHub Actions.
@@ -35,9 +38,19 @@ pub fn annotation(file: &str, line: usize, title: &str, message: &str) -> String
     )
 }
 
-/// The job summary: one table row per check.
-pub fn summary(outcomes: &[Outcome]) -> String {
+/// The job summary: one table row per check, then for each mismatch the Markdown trace
+/// (with its Mermaid diagram) of every counterexample it wrote; or the input errors.
+pub fn summary(outcomes: &[Outcome], errors: &[InputError]) -> String {
     let mut out = String::from("### kvcc check\n\n");
+    if !errors.is_empty() {
+        out += "Nothing was concluded: the input has errors.\n\n```\n";
+        for error in errors {
+            out += &diagnostic::render(error, false);
+            out += "\n";
+        }
+        out += "```\n\n";
+        return out;
+    }
     out += "| spec | verdict | expected | | states | depth | time |\n";
     out += "|---|---|---|---|--:|--:|--:|\n";
     for o in outcomes {
@@ -54,6 +67,43 @@ pub fn summary(outcomes: &[Outcome]) -> String {
         );
     }
     let _ = writeln!(out, "\n{}\n", super::summary(outcomes));
+    for o in outcomes.iter().filter(|o| !o.matches) {
+        out += &mismatch_traces(o);
+    }
+    out
+}
+
+/// The Markdown traces of a mismatch, each folded under its name.
+fn mismatch_traces(o: &Outcome) -> String {
+    let markdown: Vec<&std::path::PathBuf> = o
+        .traces
+        .iter()
+        .filter(|t| t.extension().is_some_and(|e| e == "md"))
+        .collect();
+    let mut out = format!("#### ❌ {}\n\n", o.title());
+    let _ = writeln!(
+        out,
+        "expected {}, got {}\n",
+        o.expectation,
+        o.verdict_text()
+    );
+    if markdown.is_empty() && o.violations.is_empty() {
+        return out;
+    }
+    if markdown.is_empty() {
+        out += "(no trace: run `kvcc check` with `--trace-dir` to write the counterexamples)\n\n";
+    }
+    for path in markdown {
+        let name = path
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| format!("(trace {} not readable here: {e})\n", path.display()));
+        let _ = write!(
+            out,
+            "<details><summary>{name}</summary>\n\n{text}\n</details>\n\n"
+        );
+    }
     out
 }
 

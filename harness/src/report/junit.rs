@@ -1,10 +1,14 @@
 //! `kvcc check --junit FILE`: JUnit XML, one `<testsuite>` per spec file and one
-//! `<testcase>` per check; a mismatch is a `<failure>`.
+//! `<testcase>` per check; a mismatch is a `<failure>`. An input error (exit 2) is a
+//! testcase of its own with an `<error>`, in a testsuite named after its file, so CI
+//! shows why nothing was checked.
 
+use crate::report::diagnostic;
 use crate::run::Outcome;
+use kvcc_model::InputError;
 use std::fmt::Write;
 
-pub fn render(outcomes: &[Outcome]) -> String {
+pub fn render(outcomes: &[Outcome], errors: &[InputError]) -> String {
     let mut files: Vec<&str> = Vec::new();
     for o in outcomes {
         if !files.contains(&o.file.as_str()) {
@@ -14,10 +18,15 @@ pub fn render(outcomes: &[Outcome]) -> String {
     let failures = outcomes.iter().filter(|o| !o.matches).count();
     let seconds: f64 = outcomes.iter().map(|o| o.seconds).sum();
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let errored = if errors.is_empty() {
+        String::new()
+    } else {
+        format!(" errors=\"{}\"", errors.len())
+    };
     let _ = writeln!(
         out,
-        "<testsuites name=\"kvcc\" tests=\"{}\" failures=\"{failures}\" time=\"{seconds:.3}\">",
-        outcomes.len()
+        "<testsuites name=\"kvcc\" tests=\"{}\" failures=\"{failures}\"{errored} time=\"{seconds:.3}\">",
+        outcomes.len() + errors.len()
     );
     for file in files {
         let cases: Vec<&Outcome> = outcomes.iter().filter(|o| o.file == file).collect();
@@ -34,8 +43,38 @@ pub fn render(outcomes: &[Outcome]) -> String {
         }
         out += "  </testsuite>\n";
     }
+    for error in errors {
+        error_suite(&mut out, error);
+    }
     out += "</testsuites>\n";
     out
+}
+
+/// An input error as a testsuite with one errored testcase, at the error's file and line.
+fn error_suite(out: &mut String, error: &InputError) {
+    let file = error.file.as_deref().unwrap_or("kvcc");
+    let line = error.at.map_or(1, |(line, _)| line);
+    let message = match &error.field {
+        Some(field) => format!("{field}: {}", error.message),
+        None => error.message.clone(),
+    };
+    let _ = writeln!(
+        out,
+        "  <testsuite name=\"{}\" tests=\"1\" failures=\"0\" errors=\"1\" time=\"0.000\">",
+        escape(file)
+    );
+    let _ = writeln!(
+        out,
+        "    <testcase classname=\"kvcc.input\" name=\"input error\" file=\"{}\" line=\"{line}\" time=\"0.000\">",
+        escape(file)
+    );
+    let _ = writeln!(
+        out,
+        "      <error type=\"input\" message=\"{}\">{}</error>",
+        escape(&message),
+        escape(&diagnostic::render(error, false))
+    );
+    out.push_str("    </testcase>\n  </testsuite>\n");
 }
 
 fn testcase(out: &mut String, o: &Outcome) {

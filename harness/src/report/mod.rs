@@ -1,15 +1,29 @@
-//! What `kvcc check` prints and writes about its results: a table for people
-//! ([`table`]), JSON lines for tools ([`json`], documented in `harness/FORMATS.md`),
-//! JUnit XML for CI dashboards ([`junit`]) and GitHub Actions annotations and job
-//! summaries ([`github`]).
+//! What `kvcc check` and `kvcc merge` print and write about their results: a table for
+//! people ([`table`]), JSON lines for tools ([`json`], documented in `harness/FORMATS.md`),
+//! JUnit XML for CI dashboards ([`junit`]), GitHub Actions annotations and job summaries
+//! ([`github`]), and input errors as a compiler shows them ([`diagnostic`]). Input errors
+//! reach every output too: JSON has an error line, JUnit an errored testcase.
 
+pub mod diagnostic;
 pub mod github;
 pub mod json;
 pub mod junit;
 pub mod table;
 
 use crate::run::Outcome;
+use crate::Exit;
 use kvcc_model::InputError;
+use std::io::Write;
+
+/// How results are reported: the flags `check` and `merge` share.
+#[derive(Clone, Debug, Default)]
+pub struct Output {
+    pub json: bool,
+    pub junit: Option<String>,
+    pub quiet: bool,
+    /// `--trace-dir`, to say where the traces went.
+    pub trace_dir: Option<String>,
+}
 
 /// `3 checks: 2 as expected, 1 mismatched`.
 pub fn summary(outcomes: &[Outcome]) -> String {
@@ -26,21 +40,92 @@ pub fn summary(outcomes: &[Outcome]) -> String {
     )
 }
 
-/// Prints errors the way every kvcc command does: `error: ...` on stderr, one a line;
-/// under GitHub Actions also an `::error` annotation at the file and line.
+/// Prints errors the way every kvcc command does, compiler-style on stderr; under GitHub
+/// Actions also an `::error` annotation at the file and line.
 pub fn print_errors(errors: &[InputError]) {
     for error in errors {
-        eprintln!("error: {error}");
+        anstream::eprintln!("{}", diagnostic::render(error, true));
         if let (true, Some(file)) = (github::active(), &error.file) {
             let line = error.at.map_or(1, |(line, _)| line);
-            let message = match &error.field {
+            let mut message = match &error.field {
                 Some(field) => format!("{field}: {}", error.message),
                 None => error.message.clone(),
             };
+            if let Some(help) = &error.help {
+                message += &format!("\nhelp: {help}");
+            }
             println!(
                 "{}",
                 github::annotation(file, line, "kvcc: invalid input", &message)
             );
         }
+    }
+}
+
+/// Reports the results (and any input errors) everywhere `out` asks for, and says how the
+/// command ends: 2 on an input error, 1 on a mismatch, else 0. JSON lines of checks are
+/// printed as they finish, by the caller; this prints the error lines.
+pub fn finish(out: &Output, outcomes: &[Outcome], errors: &[InputError]) -> Exit {
+    if !errors.is_empty() {
+        print_errors(errors);
+        if out.json {
+            for error in errors {
+                println!("{}", json::error_line(error));
+            }
+        }
+    } else if !out.json {
+        print_human(out, outcomes);
+    }
+    if github::active() {
+        for line in github::annotations(outcomes) {
+            // stdout stays JSON lines with --format json; the runner reads both streams.
+            if out.json {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        }
+        if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") {
+            let appended = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(github::summary(outcomes, errors).as_bytes()));
+            if let Err(e) = appended {
+                eprintln!("warning: cannot append to GITHUB_STEP_SUMMARY: {e}");
+            }
+        }
+    }
+    if let Some(file) = &out.junit {
+        if let Err(e) = std::fs::write(file, junit::render(outcomes, errors)) {
+            print_errors(&[InputError::file(
+                file,
+                format!("cannot write JUnit XML: {e}"),
+            )]);
+            return Exit::Input;
+        }
+    }
+    if !errors.is_empty() {
+        Exit::Input
+    } else if outcomes.iter().all(|o| o.matches) {
+        Exit::Ok
+    } else {
+        Exit::Finding
+    }
+}
+
+/// The table (only the mismatches when quiet), the summary line and where traces went.
+fn print_human(out: &Output, outcomes: &[Outcome]) {
+    let shown: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| !out.quiet || !o.matches)
+        .collect();
+    if !shown.is_empty() {
+        anstream::println!("{}\n", table::render(&shown, table::width()));
+    }
+    println!("{}", summary(outcomes));
+    let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
+    if let (Some(dir), true, false) = (&out.trace_dir, traces > 0, out.quiet) {
+        println!("counterexamples: {traces} trace files in {dir}");
     }
 }

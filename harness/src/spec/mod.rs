@@ -277,12 +277,17 @@ impl Spec {
             } else {
                 format!("its matrix has {}", known.join(", "))
             };
-            return Err(InputError::file(
+            let error = InputError::file(
                 &self.file,
                 format!(
                     "--point {}: not a matrix path of this spec ({known})",
                     s.path
                 ),
+            );
+            return Err(suggest(
+                error,
+                &s.path,
+                self.matrix.iter().map(|e| e.path.as_str()),
             ));
         };
         if !entry.values.contains(&s.value) {
@@ -344,10 +349,13 @@ impl Spec {
             serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
                 let (field, at, part) = serde_failure(e.path(), e.inner().message());
                 let error = self.field_error(point, &at, part, e.inner().message().trim());
-                InputError {
-                    field: Some(field_path(&field)),
-                    ..error
-                }
+                serde_help(
+                    InputError {
+                        field: Some(field_path(&field)),
+                        ..error
+                    },
+                    e.inner().message(),
+                )
             })?;
         config
             .validate()
@@ -416,7 +424,7 @@ fn check_top_level_keys(source: &Source, table: &toml::Table) -> Result<(), Inpu
                 .map(|p| p.keys().collect())
                 .unwrap_or_default();
             let fields: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
-            return Err(source.error(
+            let error = source.error(
                 &[Seg::Key(key.clone())],
                 Part::Key,
                 format!(
@@ -427,7 +435,8 @@ fn check_top_level_keys(source: &Source, table: &toml::Table) -> Result<(), Inpu
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            ));
+            );
+            return Err(suggest(error, key, fields));
         }
     }
     Ok(())
@@ -464,11 +473,31 @@ fn deserialize<T: DeserializeOwned>(
         let (field, at, part) = serde_failure(e.path(), e.inner().message());
         let join = |segs: Vec<Seg>| prefix.iter().cloned().chain(segs).collect::<Vec<_>>();
         let error = source.error(&join(at), part, e.inner().message().trim());
-        InputError {
-            field: Some(field_path(&join(field))),
-            ..error
-        }
+        serde_help(
+            InputError {
+                field: Some(field_path(&join(field))),
+                ..error
+            },
+            e.inner().message(),
+        )
     })
+}
+
+/// serde names what it expected (`unknown field `pcq`, expected one of `tp`, `pp`, ...`,
+/// and the same for an unknown variant): the closest of those is the help line.
+fn serde_help(error: InputError, message: &str) -> InputError {
+    let unknown = ["unknown field `", "unknown variant `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))
+        .and_then(|rest| rest.split('`').next());
+    let Some(word) = unknown else {
+        return error;
+    };
+    let expected: Vec<&str> = message
+        .split_once("expected")
+        .map(|(_, list)| list.split('`').skip(1).step_by(2).collect())
+        .unwrap_or_default();
+    suggest(error, word, expected)
 }
 
 /// From a serde error: the field path, where to point, and whether at the key or value.
@@ -539,11 +568,13 @@ fn matrix_entries(source: &Source, matrix: toml::Value) -> Result<Vec<MatrixEntr
     let is_field = |path: &str| schema::config_field(&schema, path).is_some();
     dotted_leaves(&root, table, is_field, |path, segs, v| {
         if !is_field(&path) {
-            return Err(source.error(
+            let error = source.error(
                 &segs,
                 Part::Key,
                 format!("`{path}` is not a Config field path (see `kvcc schema`)"),
-            ));
+            );
+            let paths = schema::config_paths(&schema);
+            return Err(suggest(error, &path, paths.iter().map(String::as_str)));
         }
         match v {
             toml::Value::Array(values) if values.is_empty() => {
@@ -612,11 +643,12 @@ fn expectation(
                 if !PROPERTIES.contains(&name.as_str()) {
                     let mut item = violates_at.clone();
                     item.push(Seg::Index(i));
-                    return Err(source.error(
+                    let error = source.error(
                         &item,
                         Part::Value,
                         format!("unknown property `{name}` (known: {})", PROPERTIES.join(", ")),
-                    ));
+                    );
+                    return Err(suggest(error, name, PROPERTIES));
                 }
             }
             let ordered = PROPERTIES
@@ -710,10 +742,15 @@ fn when_selectors(
         |path| entry(path).is_some(),
         |path, segs, v| {
             let Some(entry) = entry(&path) else {
-                return Err(source.error(
+                let error = source.error(
                     &segs,
                     Part::Key,
                     format!("`{path}` is not a path of this spec's [matrix]"),
+                );
+                return Err(suggest(
+                    error,
+                    &path,
+                    matrix.iter().map(|e| e.path.as_str()),
                 ));
             };
             if !entry.values.contains(&v) {
@@ -788,4 +825,33 @@ fn walk(dir: &Path, skip: Option<&str>, files: &mut Vec<String>) -> std::io::Res
         }
     }
     Ok(())
+}
+
+/// The candidate closest to `word` by edit distance, if close enough to be a likely typo
+/// (within a third of its length, as cargo judges `did you mean`).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (strsim::levenshtein(word, c), c))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, c)| c)
+}
+
+/// `did you mean `x`?` for the closest candidate, if any.
+fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    closest(word, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// Adds the help line of [`did_you_mean`] to an error, when there is a close candidate.
+fn suggest<'a>(
+    error: InputError,
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> InputError {
+    match did_you_mean(word, candidates) {
+        Some(help) => error.with_help(help),
+        None => error,
+    }
 }

@@ -49,3 +49,29 @@ pub fn config_field<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
     }
     Some(node)
 }
+
+/// Every Config field path (`prefill.pcp`, `faults.client-abort`, ...), in schema order:
+/// the candidates for a misspelt matrix path.
+pub fn config_paths(root: &Value) -> Vec<String> {
+    fn walk(root: &Value, node: &Value, prefix: &str, out: &mut Vec<String>) {
+        let Some(properties) = resolve(root, node)
+            .get("properties")
+            .and_then(Value::as_object)
+        else {
+            return;
+        };
+        for (name, field) in properties {
+            let path = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
+            out.push(path.clone());
+            walk(root, field, &path, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, "", &mut out);
+    out.retain(|p| config_field(root, p).is_some());
+    out
+}

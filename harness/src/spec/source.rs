@@ -106,6 +106,8 @@ impl Source {
                     at: at.or(Some((1, 1))),
                     field: None,
                     message: format!("invalid TOML: {}", one_line(e.message())),
+                    len: e.span().map_or(0, |s| underline_len(&text, s)),
+                    help: None,
                 })
             }
         }
@@ -165,9 +167,15 @@ impl Source {
     ) -> InputError {
         InputError {
             file: Some(self.file.clone()),
-            at: Some(span.map(|s| self.line_col(s.start)).unwrap_or((1, 1))),
+            at: Some(
+                span.clone()
+                    .map(|s| self.line_col(s.start))
+                    .unwrap_or((1, 1)),
+            ),
             field,
             message: message.into(),
+            len: span.map_or(0, |s| underline_len(self.text(), s)),
+            help: None,
         }
     }
 
@@ -181,6 +189,12 @@ impl Source {
     pub fn table(&self) -> &Table {
         self.doc.as_table()
     }
+}
+
+/// The characters of `span` on its first line: what a report underlines.
+fn underline_len(text: &str, span: Range<usize>) -> usize {
+    text.get(span)
+        .map_or(0, |s| s.lines().next().unwrap_or("").chars().count())
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {

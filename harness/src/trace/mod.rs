@@ -17,8 +17,11 @@ use kvcc_model::{describe, Action, ContractModel};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Named facts of one state (`describe::facts`).
+/// Named facts of one state, as text (`describe::facts`).
 pub type Facts = BTreeMap<String, String>;
+
+/// Named facts of one state, typed (`describe::values`), for ITF.
+pub type Values = BTreeMap<String, describe::Value>;
 
 /// One step of a counterexample.
 #[derive(Clone, Debug)]
@@ -28,6 +31,8 @@ pub struct Step {
     pub description: String,
     /// Every fact after the step.
     pub facts: Facts,
+    /// The same facts, typed.
+    pub values: Values,
     /// (fact, before, after) for the facts the step changed.
     pub changes: Vec<(String, String, String)>,
 }
@@ -50,6 +55,7 @@ pub struct Trace {
     /// The command that opens the same case in the web explorer.
     pub explore_command: String,
     pub initial: Facts,
+    pub initial_values: Values,
     pub steps: Vec<Step>,
     pub prefill_ranks: u16,
     pub decode_ranks: u16,
@@ -73,6 +79,7 @@ impl Trace {
                 action: *action,
                 description: describe::action(model, action),
                 facts: describe::facts(after),
+                values: describe::values(after),
                 changes: describe::diff(before, after),
             });
             before = after;
@@ -96,6 +103,7 @@ impl Trace {
             command,
             explore_command: explore.join(" "),
             initial: describe::facts(&counterexample.initial),
+            initial_values: describe::values(&counterexample.initial),
             steps,
             prefill_ranks: t.prefill_world,
             decode_ranks: t.decode_world,

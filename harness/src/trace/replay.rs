@@ -3,9 +3,10 @@
 
 use crate::spec::point::Point;
 use crate::spec::Spec;
-use crate::trace::itf::{ItfTrace, TRACE_FORMAT_VERSION};
-use crate::trace::Facts;
+use crate::trace::itf::{ItfTrace, ACTION_VAR, TRACE_FORMAT_VERSION};
+use crate::trace::Values;
 use kvcc_model::checker::replay_path;
+use kvcc_model::describe::Value;
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::InputError;
 use kvcc_model::{describe, Action, ContractModel};
@@ -53,10 +54,47 @@ impl std::fmt::Display for Difference {
     }
 }
 
+/// A trace read and checked: its document, and each state's action and typed facts.
+pub struct Loaded {
+    pub trace: ItfTrace,
+    /// The action of each step (the initial state has none).
+    pub actions: Vec<Action>,
+    pub values: Vec<Values>,
+}
+
 /// Reads and checks the shape of an ITF trace; errors name the file, line and field.
-pub fn load(file: &str) -> Result<ItfTrace, InputError> {
+pub fn load(file: &str) -> Result<Loaded, InputError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| InputError::file(file, format!("cannot read trace: {e}")))?;
+    let bad = |field: &str, message: String| InputError {
+        file: Some(file.to_string()),
+        field: Some(field.to_string()),
+        message,
+        ..InputError::default()
+    };
+    // The version first: a trace of another layout fails on it, not on its first field.
+    if let Ok(raw) = serde_json::from_str::<serde_json::Value>(&text) {
+        let meta = &raw["#meta"];
+        if meta["format"].as_str().is_some_and(|f| f != "ITF") {
+            return Err(bad(
+                "#meta.format",
+                format!("is `{}`, not `ITF`", meta["format"]),
+            ));
+        }
+        let version = match &meta["trace-format-version"] {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if version != TRACE_FORMAT_VERSION.to_string() {
+            return Err(bad(
+                "#meta.trace-format-version",
+                format!(
+                    "version {version} is not read by kvcc {} (it reads {TRACE_FORMAT_VERSION}); re-run the reproduce command to write the trace again",
+                    crate::VERSION
+                ),
+            ));
+        }
+    }
     let mut de = serde_json::Deserializer::from_str(&text);
     let trace: ItfTrace = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -71,58 +109,50 @@ pub fn load(file: &str) -> Result<ItfTrace, InputError> {
             at: Some((line, column)),
             field: (path != ".").then_some(path),
             message: format!("not a kvcc ITF trace: {message}"),
+            ..InputError::default()
         }
     })?;
-    let bad = |field: &str, message: String| InputError {
-        file: Some(file.to_string()),
-        at: None,
-        field: Some(field.to_string()),
-        message,
-    };
-    if trace.meta.format != "ITF" {
-        return Err(bad(
-            "#meta.format",
-            format!("is `{}`, not `ITF`", trace.meta.format),
-        ));
-    }
-    if trace.meta.trace_format_version != TRACE_FORMAT_VERSION {
-        return Err(bad(
-            "#meta.trace-format-version",
-            format!(
-                "version {} is not read by kvcc {} (it reads {TRACE_FORMAT_VERSION})",
-                trace.meta.trace_format_version,
-                crate::VERSION
-            ),
-        ));
-    }
-    let Some(first) = trace.states.first() else {
+    if trace.states.is_empty() {
         return Err(bad("states", "has no state".into()));
-    };
-    if first.meta.action.is_some() {
-        return Err(bad(
-            "states[0].#meta.action",
-            "the initial state has no action".into(),
-        ));
     }
-    for (i, state) in trace.states.iter().enumerate().skip(1) {
-        if state.meta.action.is_none() {
-            return Err(bad(&format!("states[{i}].#meta.action"), "missing".into()));
+    let mut actions = Vec::new();
+    let mut values = Vec::new();
+    for (i, state) in trace.states.iter().enumerate() {
+        let field = format!("states[{i}].{ACTION_VAR}");
+        match (i, state.action().map_err(|m| bad(&field, m))?) {
+            (0, Some(_)) => return Err(bad(&field, "the initial state has no action".into())),
+            (0, None) => {}
+            (_, None) => return Err(bad(&field, "missing".into())),
+            (_, Some(action)) => actions.push(action),
         }
+        values.push(
+            state
+                .values()
+                .map_err(|m| bad(&format!("states[{i}]"), m))?,
+        );
     }
-    Ok(trace)
+    Ok(Loaded {
+        trace,
+        actions,
+        values,
+    })
 }
 
 /// Replays `file`; `spec_override` replaces the spec path recorded in `#meta.source`.
 pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, InputError> {
-    let trace = load(file)?;
+    let Loaded {
+        trace,
+        actions,
+        values: recorded,
+    } = load(file)?;
     let spec_file = spec_override.unwrap_or(&trace.meta.source);
     let spec = Spec::load(spec_file)?;
-    let point =
-        Point::from_json(&serde_json::Value::Object(trace.meta.point.clone())).map_err(|m| {
-            InputError {
-                field: Some("#meta.point".into()),
-                ..InputError::file(file, m)
-            }
+    let point = serde_json::from_str(&trace.meta.point)
+        .map_err(|e| e.to_string())
+        .and_then(|json| Point::from_json(&json))
+        .map_err(|m| InputError {
+            field: Some("#meta.point".into()),
+            ..InputError::file(file, m)
         })?;
     let (config, notes) = spec.config_for_recorded(&point)?;
     for note in notes {
@@ -140,7 +170,6 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
             trace.meta.clause
         )));
     };
-    let actions: Vec<Action> = trace.states.iter().filter_map(|s| s.meta.action).collect();
     // A hand-edited or foreign trace may name ranks or handles this topology lacks; the
     // model's own descriptions index by them, so such a step is refused up front.
     if let Some((step, action)) = actions
@@ -154,7 +183,6 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
             step + 1
         )));
     }
-    let recorded: Vec<Facts> = trace.states.iter().map(|s| s.fact_strings()).collect();
     let difference = first_difference(&model, &actions, &recorded);
     let name = format!("{}: {}", CLAUSES[clause].property, CLAUSES[clause].clause);
     Ok(match (replay_path(&model, &actions, clause), difference) {
@@ -203,7 +231,7 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
 fn first_difference(
     model: &ContractModel,
     actions: &[Action],
-    recorded: &[Facts],
+    recorded: &[Values],
 ) -> Option<Difference> {
     use stateright::Model;
     let mut state = model.initial_state();
@@ -218,17 +246,19 @@ fn first_difference(
             }
             state = model.apply(&state, action)?;
         }
-        let replayed = describe::facts(&state);
+        let replayed = describe::values(&state);
         let names: BTreeSet<&String> = facts.keys().chain(replayed.keys()).collect();
+        // A fact a state does not have is written as the empty string.
+        let absent = Value::Text(String::new());
         for name in names {
-            let want = facts.get(name).cloned().unwrap_or_default();
-            let got = replayed.get(name).cloned().unwrap_or_default();
+            let want = facts.get(name).unwrap_or(&absent);
+            let got = replayed.get(name).unwrap_or(&absent);
             if want != got {
                 return Some(Difference {
                     step,
                     fact: name.clone(),
-                    trace: want,
-                    model: got,
+                    trace: want.to_string(),
+                    model: got.to_string(),
                 });
             }
         }

@@ -62,6 +62,8 @@ where
 pub use replay::{replay_path, ReplayError};
 pub use search::check;
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What kind of clause: safety (every state) or liveness (where runs end).
@@ -127,6 +129,8 @@ pub struct Options {
     pub threads: usize,
     pub symmetry: bool,
     pub limits: Limits,
+    /// Where to publish live counters for a progress display, if anywhere.
+    pub progress: Option<Arc<Progress>>,
 }
 
 impl Default for Options {
@@ -135,7 +139,26 @@ impl Default for Options {
             threads: 1,
             symmetry: true,
             limits: Limits::default(),
+            progress: None,
         }
+    }
+}
+
+/// Counters a search publishes while it runs, for a progress display on another thread.
+/// The search only adds to them (once per chunk of the frontier, so it costs nothing
+/// measurable); whoever shows them resets them between searches.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// States expanded so far: at the end, every unique state.
+    pub explored: AtomicU64,
+    /// The BFS level being expanded.
+    pub depth: AtomicU32,
+}
+
+impl Progress {
+    pub fn reset(&self) {
+        self.explored.store(0, Ordering::Relaxed);
+        self.depth.store(0, Ordering::Relaxed);
     }
 }
 

@@ -156,6 +156,9 @@ where
             cutoff = Some(Cutoff::Depth(depth - 1));
             break;
         }
+        if let Some(progress) = &options.progress {
+            progress.depth.store(depth, Ordering::Relaxed);
+        }
         let base = bfs_fps.len() as u64;
         bfs_fps.extend_from_slice(&frontier.fps);
         let chunks = frontier.fps.len().div_ceil(CHUNK);
@@ -189,6 +192,11 @@ where
                     break;
                 }
                 let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len());
+                if let Some(progress) = &options.progress {
+                    progress
+                        .explored
+                        .fetch_add(range.len() as u64, Ordering::Relaxed);
+                }
                 for index in range {
                     expand_state(
                         model,

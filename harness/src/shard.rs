@@ -1,0 +1,141 @@
+//! Sharding: spreading one run's (spec, point) checks over N machines, the way past one
+//! runner for a model checker in CI. Every shard plans the whole run, estimates what each
+//! check costs, and assigns checks to shards by greedy longest-processing-time first: the
+//! costliest check goes to the least-loaded shard, and so on. Estimates and ties are
+//! deterministic, so `--shard 1/N` .. `N/N` on N machines run every check exactly once,
+//! and `kvcc merge` puts their JSON lines back together.
+//!
+//! A check's cost is estimated by checking the same point with one request, which takes
+//! milliseconds, and raising its unique-state count to the point's request count:
+//! requests interleave almost independently (they share only the aggregators and the
+//! engine steps), so the state space grows about as a power of one request's. File order
+//! would not do: one matrix holds checks from a few states to hundreds of thousands.
+
+use crate::spec::{Case, Spec};
+use kvcc_model::checker::{self, Limits, Options};
+use kvcc_model::ContractModel;
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// `--shard I/N`: the I-th of N slices of a run (1-based, as CI matrices count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl FromStr for Shard {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Shard, String> {
+        let bad = || format!("`{text}` is not I/N with 1 <= I <= N (e.g. 2/3)");
+        let (index, count) = text.split_once('/').ok_or_else(bad)?;
+        let index: usize = index.trim().parse().map_err(|_| bad())?;
+        let count: usize = count.trim().parse().map_err(|_| bad())?;
+        if index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// The one-request probe may not run away on a huge spec: past this many states its
+/// count is only a lower bound, which still ranks the check among the costliest.
+const PROBE_STATES_MAX: u64 = 200_000;
+
+/// Estimated cost of each case (see the module docs), in plan order. Probes are shared
+/// between cases whose one-request configs are equal (a `requests` matrix entry).
+pub fn estimate(cases: &[(&Spec, &Case)]) -> Vec<u64> {
+    let mut probed: HashMap<kvcc_model::Config, u64> = HashMap::new();
+    cases
+        .iter()
+        .map(|(_, case)| {
+            let mut one = case.config.clone();
+            one.requests = 1;
+            let states = *probed.entry(one.clone()).or_insert_with(|| probe(one));
+            let power = u32::from(case.config.requests.max(1));
+            states.max(1).saturating_pow(power)
+        })
+        .collect()
+}
+
+fn probe(config: kvcc_model::Config) -> u64 {
+    let options = Options {
+        threads: 1,
+        symmetry: true,
+        limits: Limits {
+            max_states: Some(PROBE_STATES_MAX),
+            ..Limits::default()
+        },
+        ..Options::default()
+    };
+    checker::check(&ContractModel::new(config), &options).unique_states
+}
+
+/// The shard (0-based) of every check: greedy longest-processing-time first. Checks go
+/// in decreasing cost (ties: plan order) to the shard with the least cost so far (ties:
+/// the lowest shard).
+pub fn assign(costs: &[u64], count: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..costs.len()).collect();
+    order.sort_by(|&a, &b| costs[b].cmp(&costs[a]).then(a.cmp(&b)));
+    let mut loads = vec![0u64; count.max(1)];
+    let mut shard_of = vec![0; costs.len()];
+    for check in order {
+        let (lightest, _) = loads
+            .iter()
+            .enumerate()
+            .min_by_key(|&(shard, load)| (*load, shard))
+            .expect("at least one shard");
+        loads[lightest] = loads[lightest].saturating_add(costs[check]);
+        shard_of[check] = lightest;
+    }
+    shard_of
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_parses_i_of_n_and_refuses_the_rest() {
+        assert_eq!("2/3".parse(), Ok(Shard { index: 2, count: 3 }));
+        for bad in ["0/3", "4/3", "3", "a/b", "1/0", "/2"] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_check_goes_to_exactly_one_shard_costliest_first() {
+        let costs = [5, 100, 1, 60, 50, 7];
+        let shards = assign(&costs, 3);
+        assert_eq!(shards.len(), costs.len());
+        // 100, 60 and 50 open the three shards; 7 and 5 join the lightest (50, then 57)
+        // and 1 joins 60.
+        assert_eq!(shards, vec![2, 0, 1, 1, 2, 2]);
+        let loads: Vec<u64> = (0..3)
+            .map(|s| {
+                (0..costs.len())
+                    .filter(|&c| shards[c] == s)
+                    .map(|c| costs[c])
+                    .sum()
+            })
+            .collect();
+        assert_eq!(loads, vec![100, 61, 62]);
+    }
+
+    #[test]
+    fn file_order_does_not_decide() {
+        // The same costs in another order give the same loads.
+        let a = assign(&[1, 2, 3, 100], 2);
+        let b = assign(&[100, 3, 2, 1], 2);
+        assert_eq!(a, vec![1, 1, 1, 0]);
+        assert_eq!(b, vec![0, 1, 1, 1]);
+    }
+}
