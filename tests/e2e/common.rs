@@ -26,14 +26,30 @@ pub fn root() -> PathBuf {
 }
 
 /// `kvcc` with the workspace root as working directory and no GitHub Actions variables,
-/// whatever the environment the tests run in.
+/// terminal width or colour settings, whatever the environment the tests run in.
 pub fn kvcc() -> Command {
     let mut command = Command::new(KVCC);
     command
         .current_dir(root())
         .env_remove("GITHUB_ACTIONS")
-        .env_remove("GITHUB_STEP_SUMMARY");
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("COLUMNS")
+        .env_remove("NO_COLOR")
+        .env_remove("CLICOLOR_FORCE");
     command
+}
+
+/// Whether `stderr` reports an input error at FILE:LINE:COLUMN, compiler-style: the
+/// title line `error: FIELD: message...` and ` --> FILE:LINE:COLUMN` under it.
+pub fn error_at(stderr: &str, title: &str, file: &str, line: usize, column: usize) -> bool {
+    let mut lines = stderr.lines();
+    while let Some(l) = lines.next() {
+        if l.starts_with(&format!("error: {title}")) {
+            let at = lines.next().map(str::trim_start);
+            return at == Some(&format!("--> {file}:{line}:{column}"));
+        }
+    }
+    false
 }
 
 /// Runs kvcc with `args`; returns (exit code, stdout, stderr).

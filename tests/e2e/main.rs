@@ -6,6 +6,7 @@ mod common;
 
 mod bench;
 mod check;
+mod ci;
 mod conform_cli;
 mod conform_recorder;
 mod conform_throughput;

@@ -5,7 +5,7 @@
 use crate::common::{fixture, kvcc, output, run};
 use kvcc_model::checker::replay_path;
 use kvcc_model::properties::CLAUSES;
-use kvcc_model::{describe, Action, ContractModel};
+use kvcc_model::{describe, ContractModel};
 use std::path::{Path, PathBuf};
 
 const CLAUSE: &str = "eventually-freed__delay-freed-request-never-freed";
@@ -93,9 +93,13 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
     assert_eq!(meta["property"], "eventually-freed");
     assert_eq!(meta["clause"], "delay-freed-request-never-freed");
     assert_eq!(meta["kvcc-version"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(meta["trace-format-version"], 1);
+    assert_eq!(meta["trace-format-version"], "2");
     assert_eq!(meta["command"], command.as_str());
-    assert_eq!(meta["point"], serde_json::json!({}));
+    assert_eq!(meta["point"], "{}");
+    // ITF's #meta holds strings only (the `itf` crate refuses anything else).
+    for (key, value) in meta.as_object().unwrap() {
+        assert!(value.is_string(), "#meta.{key} is {value}");
+    }
     let states = trace["states"].as_array().unwrap();
     assert_eq!(states.len(), 7, "the initial state and 6 steps");
     let vars: Vec<&str> = trace["vars"]
@@ -107,16 +111,30 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
     assert!(vars.contains(&"P req0"), "{vars:?}");
     for (i, state) in states.iter().enumerate() {
         assert_eq!(state["#meta"]["index"], i);
-        assert_eq!(state["#meta"]["action"].is_null(), i == 0);
         for var in &vars {
-            assert!(state[*var].is_string(), "state {i} lacks {var}");
+            assert!(state.get(*var).is_some(), "state {i} lacks {var}");
         }
     }
+    assert_eq!(states[0]["action"], serde_json::json!({"action": "init"}));
     assert_eq!(
-        states[1]["#meta"]["action"],
-        serde_json::json!({"action": "prefill-finishes", "request": 0})
+        states[1]["action"],
+        serde_json::json!({"action": "prefill-finishes", "request": {"#bigint": "0"}})
     );
     assert_eq!(states[6]["P req0"], "finished, free delayed (blocks held)");
+    // Counts are integers, open countdowns a map, held-back failures a set.
+    assert_eq!(
+        states[0]["P aggregator E"],
+        serde_json::json!({"#bigint": "2"})
+    );
+    assert_eq!(
+        states[0]["P aggregator failed_recving pending"],
+        serde_json::json!({"#set": []})
+    );
+    assert!(
+        states[6]["P aggregator finished_sending"]["#map"].is_array(),
+        "{}",
+        states[6]
+    );
 }
 
 #[test]
@@ -124,26 +142,24 @@ fn itf_round_trip_replays_to_the_same_violation() {
     let dir = tempfile::tempdir().unwrap();
     let spec_file = fixture("seed-59325.toml");
     check_with_traces(&spec_file, dir.path(), &[]);
-    let trace = itf(&dir.path().join(format!("seed-59325__{CLAUSE}.itf.json")));
-    let actions: Vec<Action> = trace["states"]
-        .as_array()
+    let path = dir.path().join(format!("seed-59325__{CLAUSE}.itf.json"));
+    let loaded = kvcc::trace::replay::load(path.to_str().unwrap()).expect("a kvcc trace");
+    let clause: usize = loaded
+        .trace
+        .meta
+        .clause_index
+        .as_deref()
         .unwrap()
-        .iter()
-        .skip(1)
-        .map(|s| serde_json::from_value(s["#meta"]["action"].clone()).expect("an Action"))
-        .collect();
-    let clause = trace["#meta"]["clause-index"].as_u64().unwrap() as usize;
+        .parse()
+        .unwrap();
     assert_eq!(CLAUSES[clause].property, "eventually-freed");
     let spec =
         kvcc::spec::Spec::load(crate::common::root().join(&spec_file).to_str().unwrap()).unwrap();
     let config = spec.config(&kvcc::spec::point::Point::default()).unwrap();
     let model = ContractModel::new(config);
-    let states = replay_path(&model, &actions, clause).expect("the trace reproduces");
-    let last = describe::facts(states.last().unwrap());
-    let recorded = trace["states"].as_array().unwrap().last().unwrap();
-    for (fact, value) in &last {
-        assert_eq!(recorded[fact], value.as_str(), "{fact}");
-    }
+    let states = replay_path(&model, &loaded.actions, clause).expect("the trace reproduces");
+    let last = describe::values(states.last().unwrap());
+    assert_eq!(&last, loaded.values.last().unwrap());
 }
 
 #[test]
@@ -207,7 +223,7 @@ fn replay_of_an_edited_action_does_not_reproduce_exit_1() {
     let (_, trace) = traced_copy(dir.path());
     let mut doc = itf(&trace);
     // Step 2 becomes D's read, which is not even posted yet.
-    doc["states"][2]["#meta"]["action"] = serde_json::json!({"action": "read-completes", "handle": 0, "request": 0, "notification-lost": false});
+    doc["states"][2]["action"] = serde_json::json!({"action": "read-completes", "handle": 0, "request": 0, "notification-lost": false});
     std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
     let (code, stdout, _) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}");
@@ -242,11 +258,11 @@ fn replay_input_errors_exit_2_naming_the_file() {
     );
 
     let mut doc = itf(&trace);
-    doc["states"][1]["#meta"]["action"] = serde_json::json!({"action": "prefill-explodes"});
+    doc["states"][1]["action"] = serde_json::json!({"action": "prefill-explodes"});
     std::fs::write(&broken, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
     let (code, _, stderr) = run(&["replay", broken.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("states[1].#meta.action"), "{stderr}");
+    assert!(stderr.contains("states[1].action"), "{stderr}");
     assert!(
         stderr.contains("unknown variant `prefill-explodes`"),
         "{stderr}"
@@ -273,7 +289,7 @@ fn matrix_point_traces_name_the_point_and_replay() {
         .path()
         .join(format!("seed-59325-pcp__prefill.pcp=2__{CLAUSE}.itf.json"));
     let doc = itf(&trace);
-    assert_eq!(doc["#meta"]["point"], serde_json::json!({"prefill.pcp": 2}));
+    assert_eq!(doc["#meta"]["point"], r#"{"prefill.pcp":2}"#);
     let command = doc["#meta"]["command"].as_str().unwrap();
     assert!(command.contains(" --point prefill.pcp=2 "), "{command}");
     let (code, stdout, _) = run(&["replay", trace.to_str().unwrap()]);
@@ -323,7 +339,7 @@ fn replay_of_a_step_outside_the_topology_does_not_reproduce_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let (_, trace) = traced_copy(dir.path());
     let mut doc = itf(&trace);
-    doc["states"][2]["#meta"]["action"] = serde_json::json!(
+    doc["states"][2]["action"] = serde_json::json!(
         {"action": "read-completes", "handle": 99, "request": 0, "notification-lost": false}
     );
     std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
@@ -342,12 +358,16 @@ fn issue6_a_step_that_finds_stores_done_round_trips() {
     check_with_traces(&fixture("multi-offload-lost-output.toml"), dir.path(), &[]);
     let name = format!("multi-offload-lost-output__{CLAUSE}");
     let doc = itf(&dir.path().join(format!("{name}.itf.json")));
-    let stores = serde_json::json!([{"rank": 0, "request": 0}, {"rank": 1, "request": 0}]);
+    let int = |n: u32| serde_json::json!({"#bigint": n.to_string()});
+    let stores = serde_json::json!([
+        {"rank": int(0), "request": int(0)},
+        {"rank": int(1), "request": int(0)}
+    ]);
     let step = doc["states"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["#meta"]["action"]["stores-done"] == stores)
+        .find(|s| s["action"]["stores-done"] == stores)
         .expect("a step finds both stores done");
     assert_eq!(step["P rank1 req0 offload store"], "stored");
     let text = read(&dir.path().join(format!("{name}.txt")));
@@ -376,9 +396,10 @@ fn issue6_a_store_outside_the_topology_does_not_reproduce_exit_1() {
     let states = doc["states"].as_array_mut().unwrap();
     let step = states
         .iter_mut()
-        .find(|s| s["#meta"]["action"]["stores-done"].is_array())
+        .find(|s| s["action"]["stores-done"].is_array())
         .expect("a step finds stores done");
-    step["#meta"]["action"]["stores-done"] = serde_json::json!([{"rank": 7, "request": 0}]);
+    // A plain JSON integer is an ITF integer too.
+    step["action"]["stores-done"] = serde_json::json!([{"rank": 7, "request": 0}]);
     std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
     let (code, stdout, stderr) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}{stderr}");
