@@ -405,3 +405,62 @@ fn issue6_a_store_outside_the_topology_does_not_reproduce_exit_1() {
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(stdout.contains("this model does not have"), "{stdout}");
 }
+
+/// Every `*.itf.json` under `dir`, recursively.
+fn itf_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().map(Result::unwrap) {
+        let path = entry.path();
+        if path.is_dir() {
+            itf_files(&path, found);
+        } else if path.to_string_lossy().ends_with(".itf.json") {
+            found.push(path);
+        }
+    }
+}
+
+/// Issue 13: ITF traces load with the `itf` crate (the Rust reference reader, which
+/// refuses non-string `#meta` values and untyped integers in typed positions) and replay
+/// with kvcc: every trace of the shipped specs and of the fixtures the suite traces, and
+/// any trace kept under docs/.
+#[test]
+fn issue_13_every_trace_loads_with_the_itf_crate_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(&[
+        "check",
+        "specs",
+        &fixture("seed-59325.toml"),
+        &fixture("seed-59325-matrix.toml"),
+        &fixture("multi-offload-lost-output.toml"),
+        "--trace-dir",
+        dir.path().to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut traces = Vec::new();
+    itf_files(dir.path(), &mut traces);
+    itf_files(&crate::common::root().join("docs"), &mut traces);
+    assert!(
+        traces.len() > 50,
+        "every violated clause of the matrix: {}",
+        traces.len()
+    );
+    for path in &traces {
+        let text = read(path);
+        let trace = itf::trace_from_str::<itf::Value>(&text)
+            .unwrap_or_else(|e| panic!("{}: the itf crate refuses it: {e:?}", path.display()));
+        assert_eq!(trace.meta.format.as_deref(), Some("ITF"));
+        assert!(trace.states.len() >= 2, "{}", path.display());
+        let (code, stdout, stderr) = run(&["replay", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{}: {stdout}{stderr}", path.display());
+        assert!(stdout.starts_with("reproduces: "), "{stdout}");
+    }
+}
+
+/// The twin: what trace-format-version 1 wrote (numbers in `#meta`) is what the `itf`
+/// crate refuses, so the test above would catch a relapse.
+#[test]
+fn the_itf_crate_refuses_non_string_meta() {
+    let text = r##"{"#meta": {"format": "ITF", "clause-index": 17}, "vars": ["x"],
+                   "states": [{"#meta": {"index": 0}, "x": "a"}]}"##;
+    assert!(itf::trace_from_str::<itf::Value>(text).is_err());
+}

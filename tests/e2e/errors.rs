@@ -1,0 +1,105 @@
+//! Input errors as a compiler shows them (issue 13): the source line with the key
+//! underlined and the closest valid key, exit 2, and JUnit and JSON still written.
+
+use crate::common::{error_at, fixture, line_of, run};
+
+#[test]
+fn issue_13_a_typo_shows_the_line_underlined_a_suggestion_and_still_writes_junit() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("kvcc.xml");
+    let file = fixture("typo.toml");
+    let line = line_of(&file, "requets");
+    let (code, stdout, stderr) = run(&["check", &file, "--junit", junit.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        error_at(&stderr, "requets: unknown field `requets`", &file, line, 1),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{line} | requets = 1\n")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("  | ^^^^^^^\n"),
+        "the key, and only the key, underlined: {stderr}"
+    );
+    assert!(
+        stderr.contains("= help: did you mean `requests`?"),
+        "{stderr}"
+    );
+
+    let xml = std::fs::read_to_string(&junit).expect("JUnit is written on exit 2");
+    let doc = roxmltree::Document::parse(&xml).expect("well-formed XML");
+    assert_eq!(doc.root_element().attribute("errors"), Some("1"));
+    let case = doc
+        .descendants()
+        .find(|n| n.has_tag_name("testcase"))
+        .expect("a testcase for the error");
+    assert_eq!(case.attribute("file"), Some(file.as_str()));
+    assert_eq!(case.attribute("line"), Some(line.to_string().as_str()));
+    let error = case
+        .children()
+        .find(|n| n.has_tag_name("error"))
+        .expect("an <error>");
+    assert!(error
+        .attribute("message")
+        .unwrap()
+        .contains("unknown field `requets`"));
+    assert!(error.text().unwrap().contains("did you mean `requests`?"));
+}
+
+#[test]
+fn json_output_has_an_error_line_on_exit_2() {
+    let file = fixture("typo.toml");
+    let (code, stdout, _) = run(&["check", &file, "--format", "json"]);
+    assert_eq!(code, 2);
+    let line: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(line["format_version"], 1);
+    assert_eq!(line["error"]["file"], file.as_str());
+    assert_eq!(line["error"]["line"], line_of(&file, "requets"));
+    assert_eq!(line["error"]["field"], "requets");
+    assert_eq!(line["error"]["help"], "did you mean `requests`?");
+}
+
+#[test]
+fn misspelt_values_properties_and_matrix_paths_get_suggestions() {
+    let dir = tempfile::tempdir().unwrap();
+    let base =
+        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
+            .unwrap();
+    for (from, to, help) in [
+        (
+            "\"prefill.pcp\" = [1, 2, 4]",
+            "\"prefill.pcq\" = [1, 2, 4]",
+            "did you mean `prefill.pcp`?",
+        ),
+        (
+            "\"aggregator-drains\"]",
+            "\"aggregator-drain\"]",
+            "did you mean `aggregator-drains`?",
+        ),
+        (
+            "expected-count = \"world-size\"",
+            "expected-count = \"world-sise\"",
+            "did you mean `world-size`?",
+        ),
+    ] {
+        assert!(base.contains(from), "{from}");
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, base.replace(from, to)).unwrap();
+        let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+        assert_eq!(code, 2, "{to}: {stderr}");
+        assert!(
+            stderr.contains(&format!("= help: {help}")),
+            "{to}: {stderr}"
+        );
+        assert!(stderr.contains(" | "), "the source line: {stderr}");
+    }
+    // Nothing close: no guess.
+    let file = dir.path().join("far.toml");
+    std::fs::write(&file, base.replace("[prefill]", "[zzzzzzzzzz]\n[prefill]")).unwrap();
+    let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(!stderr.contains("did you mean"), "{stderr}");
+}
