@@ -131,7 +131,7 @@ pub fn assert_matches_sequential(
 /// Runs `model` under loom, exhaustively up to `preemption_bound` preemptions. Limits
 /// that stop a run early are cleared even if set in the environment: a model that was
 /// not fully explored must not pass.
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub fn loom_check(preemption_bound: usize, model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(preemption_bound);
