@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
 # The whole kvcc test suite, as CI runs it: formatting and lints, every unit, property,
-# model and end-to-end test, the loom suite (its own --cfg loom build and target dir) and
-# the shuttle suite (its own feature build). Run from anywhere: bash scripts/test-all.sh
+# model and end-to-end test, the loom suite (the `loom` feature) and the shuttle suite
+# (the `shuttle` feature). All share one target directory, so the loom and shuttle
+# builds reuse every dependency the test build compiled. Each step prints how long it
+# took. Run from anywhere: bash scripts/test-all.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+start=$SECONDS
+step_name=""
+step() {
+    if [ -n "$step_name" ]; then
+        printf '    (%ds)\n' $((SECONDS - step_start))
+    fi
+    step_name=$1
+    step_start=$SECONDS
+    printf '\n==> %s\n' "$1"
+}
 
 step "format"
 cargo fmt --all -- --check
@@ -17,7 +28,9 @@ step "unit, proptest, model and end-to-end tests"
 cargo test --workspace --locked
 
 step "loom: the concurrent front, exhaustive up to a preemption bound"
-RUSTFLAGS="--cfg loom" cargo test -p kvcc-aggregator --locked --target-dir target/loom --test 'loom_*'
+cargo test -p kvcc-aggregator --locked --features loom --test 'loom_*'
 
 step "shuttle: 16 rank threads, PCT and random schedules with fixed seeds"
 cargo test -p kvcc-aggregator --locked --features shuttle --test 'shuttle_*'
+
+printf '    (%ds)\n\nall suites passed in %ds\n' $((SECONDS - step_start)) $((SECONDS - start))
