@@ -1,7 +1,7 @@
 //! The front's public API on one thread: construction limits, every refused submission
 //! (a typed error, never a panic, and no effect on what follows), buffering that follows
 //! in-flight steps, `recv` after `close`, and the passthroughs to the core.
-#![cfg(not(any(loom, feature = "shuttle")))]
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 mod support;
 

@@ -6,7 +6,7 @@
 //! refuse without disturbing anything.
 //!
 //! Seeded; failures are saved to `aggregator/proptest-regressions/proptest_front.txt`.
-#![cfg(not(any(loom, feature = "shuttle")))]
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 mod support;
 

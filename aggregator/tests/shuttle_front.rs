@@ -11,7 +11,7 @@
 //! `shuttle::replay(body, "<string>")` to rerun exactly that schedule (one iteration,
 //! deterministic). The environment variable `SHUTTLE_RANDOM_SEED` overrides the seeds
 //! below; leave it unset for the pinned runs.
-#![cfg(all(feature = "shuttle", not(loom)))]
+#![cfg(all(feature = "shuttle", not(feature = "loom")))]
 
 mod support;
 

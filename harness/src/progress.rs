@@ -216,7 +216,7 @@ fn spawn_lines(
 /// The process's resident memory, from the kernel.
 fn resident_mib() -> Option<u64> {
     let statm = procfs::process::Process::myself().ok()?.statm().ok()?;
-    Some(statm.resident * procfs::page_size() >> 20)
+    Some((statm.resident * procfs::page_size()) >> 20)
 }
 
 /// `1234567` as `1,234,567`.

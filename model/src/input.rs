@@ -20,8 +20,9 @@ pub struct InputError {
     /// Characters from `at` that the error is about (the key or value); 0 when only the
     /// position is known.
     pub len: usize,
-    /// What to do about it, e.g. the closest valid key (`did you mean ...`).
-    pub help: Option<String>,
+    /// What to do about it, e.g. the closest valid key (`did you mean ...`). Boxed, so
+    /// that a `Result<_, InputError>` stays small.
+    pub help: Option<Box<str>>,
 }
 
 impl InputError {
@@ -47,7 +48,7 @@ impl InputError {
     /// The same error with a help line.
     pub fn with_help(self, help: impl Into<String>) -> InputError {
         InputError {
-            help: Some(help.into()),
+            help: Some(help.into().into_boxed_str()),
             ..self
         }
     }

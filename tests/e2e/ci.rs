@@ -163,8 +163,8 @@ fn recorded_exit_code(dir: &Path) -> String {
     let output = std::fs::read_to_string(dir.join("output")).unwrap_or_default();
     output
         .lines()
-        .filter_map(|l| l.strip_prefix("exit-code="))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("exit-code="))
         .expect("the check step records kvcc's exit code")
         .to_string()
 }

@@ -23,7 +23,7 @@ pub fn render(error: &InputError, styled: bool) -> String {
     let (Some(file), Some((line, column)), Some(text)) = (&error.file, error.at, &line_text) else {
         let mut group = Group::with_title(Level::ERROR.primary_title(error.to_string()));
         if let Some(help) = &error.help {
-            group = group.element(Level::HELP.message(help.as_str()));
+            group = group.element(Level::HELP.message(&**help));
         }
         return renderer.render(&[group]).to_string();
     };
@@ -41,7 +41,7 @@ pub fn render(error: &InputError, styled: bool) -> String {
         .annotation(AnnotationKind::Primary.span(start..end.max(start)));
     let mut group = Level::ERROR.primary_title(title).element(snippet);
     if let Some(help) = &error.help {
-        group = group.element(Level::HELP.message(help.as_str()));
+        group = group.element(Level::HELP.message(&**help));
     }
     renderer.render(&[group]).to_string()
 }

@@ -156,7 +156,7 @@ pub fn error_line(e: &InputError) -> String {
             column: e.at.map(|(_, c)| c),
             field: e.field.clone(),
             message: e.message.clone(),
-            help: e.help.clone(),
+            help: e.help.as_deref().map(str::to_string),
         },
     };
     serde_json::to_string(&line).unwrap_or_default()
@@ -188,7 +188,7 @@ pub fn read(text: &str) -> Result<Read, String> {
             field: e.field,
             message: e.message,
             len: 0,
-            help: e.help,
+            help: e.help.map(String::into_boxed_str),
         }));
     }
     let l: Line = serde_json::from_value(value).map_err(|e| e.to_string())?;
