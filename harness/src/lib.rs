@@ -16,6 +16,7 @@
 
 pub mod cmd;
 pub mod explore;
+pub mod out;
 pub mod report;
 pub mod run;
 pub mod simulate;

@@ -159,7 +159,8 @@ fn issue_4_replay_reproduces_exit_0() {
     );
 }
 
-/// The spec copied into `dir`, checked there with traces in `dir/traces`.
+/// The spec copied into `dir`, checked there with its traces beside it (replay follows a
+/// trace's spec only inside the working tree or the trace's own directory).
 fn traced_copy(dir: &Path) -> (PathBuf, PathBuf) {
     let spec = dir.join("seed-59325.toml");
     std::fs::copy(
@@ -167,9 +168,8 @@ fn traced_copy(dir: &Path) -> (PathBuf, PathBuf) {
         &spec,
     )
     .unwrap();
-    let traces = dir.join("traces");
-    check_with_traces(spec.to_str().unwrap(), &traces, &[]);
-    (spec, traces.join(format!("seed-59325__{CLAUSE}.itf.json")))
+    check_with_traces(spec.to_str().unwrap(), dir, &[]);
+    (spec, dir.join(format!("seed-59325__{CLAUSE}.itf.json")))
 }
 
 #[test]
@@ -256,9 +256,10 @@ fn replay_input_errors_exit_2_naming_the_file() {
     let (code, _, stderr) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        stderr.contains(&format!("error: {}: cannot read spec", spec.display())),
+        stderr.contains(&format!("error: {}: #meta.source: names", trace.display())),
         "{stderr}"
     );
+    assert!(stderr.contains("pass --spec PATH"), "{stderr}");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! `kvcc check`.
 
+use crate::out::{out, outln};
 use crate::report::print_errors;
 use crate::report::{self, github, json, junit, table};
 use crate::run::{self, Outcome, Settings};
@@ -19,6 +20,10 @@ use std::time::Duration;
 /// matches), 2 on a usage or input error. Under GitHub Actions (GITHUB_ACTIONS=true) each
 /// mismatch is also an `::error` annotation at the spec line stating the expectation, and
 /// a Markdown table is appended to $GITHUB_STEP_SUMMARY.
+/// More workers than this only cost memory and start-up (each has its own arena and
+/// fingerprint cache) on any machine kvcc runs on.
+pub const THREADS_MAX: i64 = 256;
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -35,8 +40,8 @@ pub struct Args {
     /// Check only matrix points where KEY has VALUE (repeatable; e.g. `prefill.pcp=2`).
     #[arg(long = "point", value_name = "KEY=VALUE")]
     pub points: Vec<Selector>,
-    /// Worker threads per check [default: the available parallelism].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Worker threads per check, at most 256 [default: the available parallelism].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=THREADS_MAX))]
     pub threads: Option<u32>,
     /// Stop a check after this many unique states (overrides the spec's `[limits]`).
     #[arg(long, value_name = "N")]
@@ -95,8 +100,7 @@ pub fn exec(args: Args) -> Exit {
                 }
             };
             if args.format == Format::Json {
-                println!("{}", json::line(&outcome));
-                let _ = std::io::stdout().flush();
+                outln!("{}", json::line(&outcome));
             }
             outcomes.push(outcome);
         }
@@ -178,18 +182,18 @@ fn title(spec: &Spec, case: &Case) -> String {
 /// Reports (table, JUnit, GitHub) and the exit code.
 fn finish(args: &Args, outcomes: &[Outcome]) -> Exit {
     if args.format == Format::Human {
-        print!("{}", table::render(outcomes));
-        println!("\n{}", report::summary(outcomes));
+        out!("{}", table::render(outcomes));
+        outln!("\n{}", report::summary(outcomes));
         let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
         if let (Some(dir), true) = (&args.trace_dir, traces > 0) {
-            println!("counterexamples: {} trace files in {dir}", traces);
+            outln!("counterexamples: {} trace files in {dir}", traces);
         }
     }
     if github::active() {
         for line in github::annotations(outcomes) {
             // stdout stays JSON lines with --format json; the runner reads both streams.
             match args.format {
-                Format::Human => println!("{line}"),
+                Format::Human => outln!("{line}"),
                 Format::Json => eprintln!("{line}"),
             }
         }

@@ -1,5 +1,6 @@
 //! `kvcc simulate`.
 
+use crate::out::outln;
 use crate::report::print_errors;
 use crate::simulate::{run_seed, simulate, End, Simulation};
 use crate::spec::point::Selector;
@@ -131,9 +132,9 @@ fn run(args: &Args) -> Result<(), InputError> {
         let mut json = serde_json::to_string_pretty(&meta).unwrap_or_default();
         json.push('\n');
         std::fs::write(dir.join("model.json"), json).map_err(write_error)?;
-        println!("{}", line(&shown, &simulation));
+        outln!("{}", line(&shown, &simulation));
     }
-    println!(
+    outln!(
         "{} runs of {title} in {}; check them with: kvcc conform {}",
         args.runs,
         args.out,

@@ -8,6 +8,7 @@ pub mod json;
 pub mod junit;
 pub mod table;
 
+use crate::out::outln;
 use crate::run::Outcome;
 use kvcc_model::InputError;
 
@@ -37,7 +38,7 @@ pub fn print_errors(errors: &[InputError]) {
                 Some(field) => format!("{field}: {}", error.message),
                 None => error.message.clone(),
             };
-            println!(
+            outln!(
                 "{}",
                 github::annotation(file, line, "kvcc: invalid input", &message)
             );

@@ -26,7 +26,7 @@ pub mod schema;
 pub mod source;
 
 use crate::spec::point::{value_text, Point, Selector};
-use crate::spec::source::{field_path, one_line, Part, Seg, Source};
+use crate::spec::source::{field_path, syntax_message, Part, Seg, Source};
 use kvcc_model::checker::Limits;
 use kvcc_model::properties::PROPERTIES;
 use kvcc_model::Config;
@@ -148,8 +148,7 @@ fn key(k: &str) -> Seg {
 impl Spec {
     /// Reads and validates a spec file (everything but the per-point configs).
     pub fn load(file: &str) -> Result<Spec, InputError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| InputError::file(file, format!("cannot read spec: {e}")))?;
+        let text = kvcc_model::input::read_text(Path::new(file), "spec")?;
         Spec::parse(file, text)
     }
 
@@ -157,12 +156,8 @@ impl Spec {
     pub fn parse(file: &str, text: String) -> Result<Spec, InputError> {
         let source = Source::parse(file, text)?;
         let mut table: toml::Table = toml::from_str(source.text()).map_err(|e| {
-            let span = e.span();
-            source.error_at(
-                span,
-                None,
-                format!("invalid TOML: {}", one_line(e.message())),
-            )
+            let message = syntax_message(source.text(), e.span(), e.message());
+            source.error_at(e.span(), None, message)
         })?;
         let version = table.remove("version");
         check_version(&source, version)?;
@@ -206,7 +201,7 @@ impl Spec {
             }
             Some(v) => expectations(&source, &matrix, v)?,
         };
-        Ok(Spec {
+        let spec = Spec {
             file: file.to_string(),
             name,
             description,
@@ -215,7 +210,12 @@ impl Spec {
             matrix,
             expect,
             limits,
-        })
+        };
+        // The spec's own values must make a valid config even where the matrix writes
+        // over them at every point: a `pcp = 0` under `[prefill]` is a mistake to report,
+        // not to hide behind `[matrix] "prefill.pcp"`.
+        spec.config(&Point::default())?;
+        Ok(spec)
     }
 
     /// Every matrix point, first matrix entry varying slowest.
@@ -778,6 +778,14 @@ fn walk(dir: &Path, skip: Option<&str>, files: &mut Vec<String>) -> std::io::Res
         .collect::<Result<_, _>>()?;
     entries.sort();
     for entry in entries {
+        // A link inside a walked directory could lead anywhere (or back up, forever):
+        // only what the user named is read, so links are named explicitly or not at all.
+        if entry.is_symlink() {
+            return Err(std::io::Error::other(format!(
+                "{} is a symbolic link; kvcc does not follow links inside a directory (name the file itself)",
+                entry.display()
+            )));
+        }
         if entry.is_dir() {
             if skip.is_some_and(|skip| entry.file_name() == Some(skip.as_ref())) {
                 continue;

@@ -55,8 +55,7 @@ impl std::fmt::Display for Difference {
 
 /// Reads and checks the shape of an ITF trace; errors name the file, line and field.
 pub fn load(file: &str) -> Result<ItfTrace, InputError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| InputError::file(file, format!("cannot read trace: {e}")))?;
+    let text = kvcc_model::input::read_text(std::path::Path::new(file), "trace")?;
     let mut de = serde_json::Deserializer::from_str(&text);
     let trace: ItfTrace = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -115,8 +114,11 @@ pub fn load(file: &str) -> Result<ItfTrace, InputError> {
 /// Replays `file`; `spec_override` replaces the spec path recorded in `#meta.source`.
 pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, InputError> {
     let trace = load(file)?;
-    let spec_file = spec_override.unwrap_or(&trace.meta.source);
-    let spec = Spec::load(spec_file)?;
+    let spec_file = match spec_override {
+        Some(spec) => spec.to_string(),
+        None => recorded_spec(file, &trace.meta.source)?,
+    };
+    let spec = Spec::load(&spec_file)?;
     let point =
         Point::from_json(&serde_json::Value::Object(trace.meta.point.clone())).map_err(|m| {
             InputError {
@@ -133,12 +135,19 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         .iter()
         .position(|c| c.property == trace.meta.property && c.clause == trace.meta.clause)
     else {
-        return Ok(Replayed::DoesNotReproduce(format!(
-            "kvcc {} has no clause `{}: {}`",
-            crate::VERSION,
-            trace.meta.property,
-            trace.meta.clause
-        )));
+        // Nothing was replayed: the trace cannot be used, which is an input error.
+        return Err(InputError {
+            field: Some("#meta.clause".into()),
+            ..InputError::file(
+                file,
+                format!(
+                    "kvcc {} has no clause `{}: {}`",
+                    crate::VERSION,
+                    trace.meta.property,
+                    trace.meta.clause
+                ),
+            )
+        });
     };
     let actions: Vec<Action> = trace.states.iter().filter_map(|s| s.meta.action).collect();
     // A hand-edited or foreign trace may name ranks or handles this topology lacks; the
@@ -168,6 +177,75 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         (Err(e), None) => Replayed::DoesNotReproduce(e.to_string()),
         (Err(e), Some(d)) => Replayed::DoesNotReproduce(format!("{e}; first difference: {d}")),
     })
+}
+
+/// Where the spec a trace names (`#meta.source`) is, read only inside the working tree or
+/// the trace's own directory: a trace may come from a stranger, and what it names must
+/// not make kvcc read any file. The path must name a `.toml` file, without `..`; a
+/// relative one is looked up in the working directory, then in the trace's directory and
+/// the directories above it that are still inside the working directory (a trace in
+/// `traces/` names `specs/x.toml` from the repository root). Wherever a candidate leads,
+/// links followed, it must stay inside those two trees. Anything else is refused, naming
+/// `--spec`.
+fn recorded_spec(trace_file: &str, source: &str) -> Result<String, InputError> {
+    use std::path::{Component, Path, PathBuf};
+    let refuse = |message: String| InputError {
+        field: Some("#meta.source".into()),
+        ..InputError::file(
+            trace_file,
+            format!("{message}; pass --spec PATH to replay against a spec you name"),
+        )
+    };
+    let path = Path::new(source);
+    if path.components().any(|c| c == Component::ParentDir)
+        || path.extension().is_none_or(|e| e != "toml")
+    {
+        return Err(refuse(format!(
+            "names `{source}`: kvcc follows from a trace only a path to a `.toml` file without `..`"
+        )));
+    }
+    let cwd = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| InputError::usage(format!("cannot find the working directory: {e}")))?;
+    let trace_dir = std::fs::canonicalize(trace_file)
+        .ok()
+        .and_then(|t| t.parent().map(Path::to_path_buf));
+    let trusted = |real: &Path| {
+        real.starts_with(&cwd) || trace_dir.as_deref().is_some_and(|d| real.starts_with(d))
+    };
+    let candidates: Vec<PathBuf> = if path.is_absolute() {
+        vec![path.to_path_buf()]
+    } else {
+        let above_trace = trace_dir
+            .iter()
+            .flat_map(|dir| dir.ancestors())
+            .enumerate()
+            .filter(|(i, dir)| *i == 0 || dir.starts_with(&cwd))
+            .map(|(_, dir)| dir.join(path));
+        std::iter::once(cwd.join(path)).chain(above_trace).collect()
+    };
+    for candidate in candidates {
+        let Ok(real) = std::fs::canonicalize(&candidate) else {
+            continue;
+        };
+        if !trusted(&real) {
+            return Err(refuse(format!(
+                "names `{source}`, which leads outside the working directory and the trace's directory"
+            )));
+        }
+        let shown = candidate
+            .strip_prefix(&cwd)
+            .unwrap_or(&candidate)
+            .display()
+            .to_string();
+        if shown != source {
+            eprintln!("note: the trace's spec `{source}` found as `{shown}`");
+        }
+        return Ok(shown);
+    }
+    Err(refuse(format!(
+        "names `{source}`, which is in neither the working directory nor the trace's directory"
+    )))
 }
 
 /// Whether every request, rank and handle an action names exists in the model.
