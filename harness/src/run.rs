@@ -127,6 +127,7 @@ pub fn limits(spec: &Spec, settings: &Settings) -> Limits {
         max_states: settings.limits.max_states.or(spec.limits.max_states),
         max_depth: settings.limits.max_depth.or(spec.limits.max_depth),
         timeout: settings.limits.timeout.or(spec.limits.timeout),
+        max_memory: settings.limits.max_memory,
     }
 }
 
@@ -138,7 +139,25 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         symmetry: true,
         limits: limits(spec, settings),
     };
-    let report = checker::check(&model, &options);
+    // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
+    // exit 2 naming the check, after every worker has stopped.
+    let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        checker::check(&model, &options)
+    }))
+    .map_err(|payload| {
+        let why = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        InputError::file(
+            &spec.file,
+            format!(
+                "internal error while checking {}: {why} (a kvcc bug: please report it with this spec)",
+                if case.point.is_empty() { "the spec".to_string() } else { case.point.to_string() }
+            ),
+        )
+    })?;
     let violations: Vec<Violation> = report
         .counterexamples
         .iter()

@@ -152,8 +152,16 @@ impl ContractModel {
         }
     }
 
-    /// Every action enabled in `state`, in a fixed order.
-    pub fn enabled_actions(&self, state: &State, actions: &mut Vec<Action>) {
+    /// Every action enabled in `state`, in a fixed order. `Err(count)` when the state has
+    /// more successors than `successors_max` (only a MultiConnector P step's choices of
+    /// finished offload stores can grow so): then no P-step action is generated, and
+    /// `count` is how many there would be, saturated.
+    pub fn enabled_actions(
+        &self,
+        state: &State,
+        actions: &mut Vec<Action>,
+        successors_max: u64,
+    ) -> Result<(), u64> {
         let c = &self.config;
         let t = &self.topology;
         let faults = &c.faults;
@@ -233,7 +241,10 @@ impl ContractModel {
             }
         }
         if scheduler::prefill_steps(c, state) {
-            let stores = offload::choices(c, state);
+            // A P step comes in at most 4 variants (output lost or not, count announced
+            // or not) for each choice of stores.
+            let stores = offload::choices(c, state, successors_max / 4)
+                .map_err(|count| count.saturating_mul(4))?;
             let lost = [
                 false,
                 faults.missing_output_rank && state.once & State::ONCE_PREFILL_OUTPUT_LOST == 0,
@@ -270,6 +281,7 @@ impl ContractModel {
                 actions.push(Action::DecodeEngineSteps { output_lost: true });
             }
         }
+        Ok(())
     }
 
     /// The state after `action`, or None when it would change nothing.
@@ -356,7 +368,9 @@ impl stateright::Model for ContractModel {
         {
             return;
         }
-        self.enabled_actions(state, actions)
+        // stateright's explorer and the cross-checks run small specs; a state past the
+        // cap shows its other actions only (kvcc's checker reports the cap instead).
+        let _ = self.enabled_actions(state, actions, crate::checker::SUCCESSORS_MAX);
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
@@ -373,8 +387,8 @@ impl stateright::Model for ContractModel {
 }
 
 impl crate::checker::Checkable for ContractModel {
-    fn expand_actions(&self, state: &State, actions: &mut Vec<Action>) {
-        self.enabled_actions(state, actions)
+    fn expand_actions(&self, state: &State, actions: &mut Vec<Action>) -> Result<(), u64> {
+        self.enabled_actions(state, actions, crate::checker::SUCCESSORS_MAX)
     }
 
     fn canonical(&self, state: State) -> State {

@@ -202,3 +202,42 @@ fn issue16_a_recorded_run_whose_files_link_to_a_device_is_refused() {
         );
     }
 }
+
+/// Runs a check of a hostile fixture with `limits` on `threads` threads; returns its
+/// table line and how long it took.
+fn limited_check(fixture_name: &str, threads: &str, limits: &[&str]) -> (String, Duration) {
+    let started = Instant::now();
+    let spec = fixture(&format!("hostile/{fixture_name}.toml"));
+    let mut args = vec!["check", &spec, "--threads", threads];
+    args.extend(limits);
+    let (code, stdout, stderr) = run(&args);
+    let elapsed = started.elapsed();
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (stdout, elapsed)
+}
+
+#[test]
+fn issue16_limits_bite_inside_a_state_that_explodes() {
+    for threads in ["1", "2"] {
+        let (stdout, elapsed) =
+            limited_check("offload-stores-explode", threads, &["--timeout", "2"]);
+        assert!(
+            stdout.contains("inconclusive (time limit reached"),
+            "{stdout}"
+        );
+        assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+        let (stdout, _) =
+            limited_check("offload-stores-explode", threads, &["--max-memory", "150M"]);
+        assert!(
+            stdout.contains("inconclusive (memory limit 150 MiB reached)"),
+            "{stdout}"
+        );
+        let (stdout, elapsed) = limited_check("too-many-successors", threads, &["--timeout", "5"]);
+        assert!(
+            stdout.contains("inconclusive (a state at depth 3 has 907924 successors"),
+            "{stdout}"
+        );
+        assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    }
+}

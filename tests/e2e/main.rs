@@ -10,6 +10,7 @@ mod conform_cli;
 mod conform_recorder;
 mod conform_throughput;
 mod explore;
+mod fuzz;
 mod hostile;
 mod reduction;
 mod schema;

@@ -52,6 +52,11 @@ pub struct Args {
     /// Stop a check after this many seconds (overrides the spec's `[limits]`).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
+    /// Stop a check when kvcc's resident memory reaches SIZE (bytes, or with a K, M, G
+    /// or T suffix: `2G`) [default: 80% of the machine's memory]. Reaching it makes the
+    /// check inconclusive instead of ending the process.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_memory: Option<u64>,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -158,17 +163,53 @@ fn settings(args: &Args) -> Settings {
     if let Some(n) = args.timeout {
         limit_args.extend(["--timeout".to_string(), n.to_string()]);
     }
+    if let Some(n) = args.max_memory {
+        limit_args.extend(["--max-memory".to_string(), n.to_string()]);
+    }
     Settings {
         threads,
         limits: Limits {
             max_states: args.max_states,
             max_depth: args.max_depth,
             timeout: args.timeout.map(Duration::from_secs),
+            max_memory: args.max_memory.or_else(default_max_memory),
         },
         trace_dir: args.trace_dir.as_ref().map(Into::into),
         trace_dir_arg: args.trace_dir.clone(),
         limit_args,
     }
+}
+
+/// 80% of the machine's memory: a search that would take more ends inconclusive while
+/// the machine (a CI runner) still has room to report it.
+fn default_max_memory() -> Option<u64> {
+    use procfs::Current;
+    let total = procfs::Meminfo::current().ok()?.mem_total;
+    Some(total / 5 * 4)
+}
+
+/// `2G`, `512M`, `64k` or plain bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("`{text}`: the suffix must be K, M, G or T")),
+            };
+            (&text[..i], shift)
+        }
+        _ => (text, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}`: not a size (bytes, or a number with K, M, G or T)"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| format!("`{text}`: must be between 1 byte and 16 EiB"))
 }
 
 fn title(spec: &Spec, case: &Case) -> String {

@@ -146,7 +146,7 @@ fn run(args: &Args) -> Result<(), InputError> {
 /// `sim/run-0000: 12 actions, P 4 steps, D 2 steps; ends: ...; model: ...`.
 fn line(dir: &str, s: &Simulation) -> String {
     let verdict = match (s.end, s.violated.is_empty()) {
-        (End::Capped, _) => "not judged".to_string(),
+        (End::Capped | End::TooManySuccessors, _) => "not judged".to_string(),
         (_, true) => "holds".to_string(),
         (_, false) => format!("violates {}", s.violated_names().join(", ")),
     };

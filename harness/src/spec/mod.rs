@@ -184,6 +184,8 @@ impl Spec {
                     max_states: l.max_states,
                     max_depth: l.max_depth,
                     timeout: l.timeout_seconds.map(Duration::from_secs),
+                    // A spec describes the model, not the machine it is checked on.
+                    max_memory: None,
                 }
             }
         };

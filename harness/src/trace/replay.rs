@@ -56,7 +56,12 @@ impl std::fmt::Display for Difference {
 /// Reads and checks the shape of an ITF trace; errors name the file, line and field.
 pub fn load(file: &str) -> Result<ItfTrace, InputError> {
     let text = kvcc_model::input::read_text(std::path::Path::new(file), "trace")?;
-    let mut de = serde_json::Deserializer::from_str(&text);
+    parse(file, &text)
+}
+
+/// Checks the shape of an ITF trace's text; `file` names it in errors.
+pub fn parse(file: &str, text: &str) -> Result<ItfTrace, InputError> {
+    let mut de = serde_json::Deserializer::from_str(text);
     let trace: ItfTrace = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();

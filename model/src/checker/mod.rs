@@ -76,8 +76,20 @@ where
     /// The actions to expand `state` by, once the checker has found it safe. Defaults to
     /// [`stateright::Model::actions`]; a model whose `actions` first re-judges safety (so
     /// that stateright's own checkers stop at unsafe states) can skip that work here.
-    fn expand_actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
-        self.actions(state, actions)
+    ///
+    /// `Err(count)`: the state has more than [`SUCCESSORS_MAX`] successors (`count`,
+    /// saturated); the search ends inconclusive rather than number or hold them.
+    fn expand_actions(
+        &self,
+        state: &Self::State,
+        actions: &mut Vec<Self::Action>,
+    ) -> Result<(), u64> {
+        self.actions(state, actions);
+        let count = actions.len() as u64;
+        if count > SUCCESSORS_MAX {
+            return Err(count);
+        }
+        Ok(())
     }
     /// The representative of `state`'s symmetry class.
     fn canonical(&self, state: Self::State) -> Self::State;
@@ -114,12 +126,20 @@ where
         .any(|a| !model.is_optional(&a) && model.next_state(state, a).is_some())
 }
 
-/// Bounds on one search. A search that hits one is inconclusive.
+/// The most successors one state may have: a discovery numbers its action in 16 bits
+/// ([`visited`]). A state with more ends the search as inconclusive.
+pub const SUCCESSORS_MAX: u64 = visited::ACTIONS_MAX;
+
+/// Bounds on one search. A search that hits one is inconclusive. Each is checked where
+/// the work is, not only between BFS levels: states as they are found, time and memory
+/// between chunks of states, successors before a state's are generated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
     pub max_states: Option<u64>,
     pub max_depth: Option<u32>,
     pub timeout: Option<Duration>,
+    /// Resident memory of the whole process, in bytes.
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -151,6 +171,13 @@ pub enum Cutoff {
         action: String,
         depth: u32,
     },
+    /// Resident memory reached the limit (bytes).
+    Memory(u64),
+    /// A state at `depth` has `count` successors, more than [`SUCCESSORS_MAX`].
+    Successors {
+        count: u64,
+        depth: u32,
+    },
 }
 
 impl std::fmt::Display for Cutoff {
@@ -158,7 +185,13 @@ impl std::fmt::Display for Cutoff {
         match self {
             Cutoff::States(n) => write!(f, "state limit {n} reached"),
             Cutoff::Depth(d) => write!(f, "depth limit {d} reached"),
-            Cutoff::Time(t) => write!(f, "time limit {}s reached", t.as_secs_f64()),
+            Cutoff::Time(t) => write!(f, "time limit reached after {:.1}s", t.as_secs_f64()),
+            Cutoff::Memory(bytes) => write!(f, "memory limit {} MiB reached", bytes >> 20),
+            Cutoff::Successors { count, depth } => write!(
+                f,
+                "a state at depth {depth} has {} successors, more than the {SUCCESSORS_MAX} the checker enumerates",
+                if *count == u64::MAX { "astronomically many".to_string() } else { count.to_string() }
+            ),
             Cutoff::PossibleCycle { action, depth } => {
                 write!(f, "liveness unproven: `{action}` at depth {depth} does not make progress (possible cycle)")
             }

@@ -10,12 +10,108 @@
 
 use super::visited::{self, Visited};
 use super::{replay, Checkable, Counterexample, Cutoff, Kind, Options, Report, Verdict};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Frontier states per work item.
 const CHUNK: usize = 512;
+
+/// How often a worker reads the process's resident memory: a read costs a few
+/// microseconds, a chunk about a millisecond.
+const MEMORY_EVERY: Duration = Duration::from_millis(20);
+
+/// Why the workers were told to stop in the middle of a level; the first reason wins.
+/// What a cut level partly found depends on timing, so it is dropped whole: the
+/// verdict, counts and counterexamples stay those of the completed levels.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Stop {
+    Running,
+    Time,
+    Memory,
+    States,
+    Successors,
+    Panicked,
+}
+
+/// The stop flag every worker checks between chunks (and the state count after every
+/// new state).
+struct Stopper(AtomicU8);
+
+impl Stopper {
+    fn new() -> Stopper {
+        Stopper(AtomicU8::new(Stop::Running as u8))
+    }
+
+    fn stop(&self, why: Stop) {
+        let _ = self.0.compare_exchange(
+            Stop::Running as u8,
+            why as u8,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn reason(&self) -> Stop {
+        match self.0.load(Ordering::Relaxed) {
+            0 => Stop::Running,
+            1 => Stop::Time,
+            2 => Stop::Memory,
+            3 => Stop::States,
+            4 => Stop::Successors,
+            _ => Stop::Panicked,
+        }
+    }
+}
+
+/// The time and memory a search may take, checked by every worker between chunks and
+/// every [`BUDGET_EVERY`] successors inside one state's expansion (a MultiConnector state
+/// can have tens of thousands).
+struct Budget<'a> {
+    limits: &'a super::Limits,
+    start: Instant,
+    stopper: &'a Stopper,
+}
+
+/// Successors generated between two budget checks inside one state.
+const BUDGET_EVERY: usize = 4096;
+
+impl Budget<'_> {
+    /// Whether the search must stop: told to already, or past its time or memory (then
+    /// tells every worker). `memory_read` is when this worker last read its memory.
+    fn exhausted(&self, memory_read: &mut Option<Instant>) -> bool {
+        if self.stopper.reason() != Stop::Running {
+            return true;
+        }
+        if self
+            .limits
+            .timeout
+            .is_some_and(|t| self.start.elapsed() >= t)
+        {
+            self.stopper.stop(Stop::Time);
+            return true;
+        }
+        if let Some(max) = self.limits.max_memory {
+            if memory_read.is_none_or(|at| at.elapsed() >= MEMORY_EVERY) {
+                *memory_read = Some(Instant::now());
+                if resident_bytes().is_some_and(|b| b >= max) {
+                    self.stopper.stop(Stop::Memory);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// The process's resident memory in bytes, where the kernel tells it.
+fn resident_bytes() -> Option<u64> {
+    let statm = procfs::process::Process::myself().ok()?.statm().ok()?;
+    Some(statm.resident * procfs::page_size())
+}
 
 /// Where a packed state lives: an arena of its level, and its bytes there.
 #[derive(Clone, Copy)]
@@ -83,6 +179,8 @@ struct Worker {
     violations: Vec<(usize, usize)>,
     /// (frontier index, action) of the first transition without progress.
     no_progress: Option<(usize, String)>,
+    /// (frontier index, successor count) of the first state with too many successors.
+    overflow: Option<(usize, u64)>,
     transitions: u64,
     recent: Recent,
 }
@@ -149,7 +247,17 @@ where
     let mut transitions = 0u64;
     let mut depth = 0u32;
     let mut cutoff: Option<Cutoff> = None;
-    let timed_out = AtomicBool::new(false);
+    let limits = &options.limits;
+    let stopper = Stopper::new();
+    // Unique states found so far, counted as they are found so that the state limit
+    // stops the search at that many, not at the end of the level that passes it.
+    let found_total = AtomicU64::new(frontier.fps.len() as u64);
+    let panic: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+    let budget = Budget {
+        limits,
+        start,
+        stopper: &stopper,
+    };
 
     while !frontier.fps.is_empty() {
         if options.limits.max_depth.is_some_and(|max| depth > max) {
@@ -169,6 +277,7 @@ where
                     found: Vec::new(),
                     violations: Vec::new(),
                     no_progress: None,
+                    overflow: None,
                     transitions: 0,
                     recent: recents.pop().unwrap_or_else(Recent::new),
                 })
@@ -179,17 +288,14 @@ where
             let w = next_worker.fetch_add(1, Ordering::Relaxed);
             let mut worker = workers[w].lock().unwrap_or_else(|e| e.into_inner());
             let mut scratch = Scratch::new(clause_count);
-            loop {
+            let expanded = catch_unwind(AssertUnwindSafe(|| loop {
                 let c = next_chunk.fetch_add(1, Ordering::Relaxed);
-                if c >= chunks {
-                    break;
-                }
-                if options.limits.timeout.is_some_and(|t| start.elapsed() >= t) {
-                    timed_out.store(true, Ordering::Relaxed);
+                if c >= chunks || budget.exhausted(&mut scratch.memory_read) {
                     break;
                 }
                 let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len());
                 for index in range {
+                    let before = worker.found.len();
                     expand_state(
                         model,
                         options.symmetry,
@@ -200,13 +306,57 @@ where
                         &spares,
                         &mut worker,
                         &mut scratch,
+                        &budget,
                     );
+                    if stopper.reason() != Stop::Running {
+                        break;
+                    }
+                    let new = (worker.found.len() - before) as u64;
+                    let total = found_total.fetch_add(new, Ordering::Relaxed) + new;
+                    if limits.max_states.is_some_and(|max| total > max) {
+                        stopper.stop(Stop::States);
+                        break;
+                    }
+                    if worker.overflow.is_some() {
+                        stopper.stop(Stop::Successors);
+                        break;
+                    }
                 }
+            }));
+            // A worker that panics stops the others at their next chunk; the panic is
+            // raised again on the caller's thread once all have stopped, never a hang.
+            if let Err(payload) = expanded {
+                stopper.stop(Stop::Panicked);
+                panic
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(payload);
             }
         };
-        run_parallel(threads, &expand);
-        if timed_out.load(Ordering::Relaxed) {
-            cutoff = Some(Cutoff::Time(start.elapsed()));
+        run_parallel(threads.min(chunks), &expand);
+        if let Some(payload) = panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            resume_unwind(payload);
+        }
+        let stopped = match stopper.reason() {
+            Stop::Running => None,
+            Stop::Time => Some(Cutoff::Time(start.elapsed())),
+            Stop::Memory => Some(Cutoff::Memory(limits.max_memory.unwrap_or_default())),
+            Stop::States => Some(Cutoff::States(limits.max_states.unwrap_or_default())),
+            Stop::Successors => {
+                let (count, _) = workers
+                    .iter()
+                    .filter_map(|w| {
+                        let w = w.lock().unwrap_or_else(|e| e.into_inner());
+                        w.overflow.map(|(index, count)| (count, index))
+                    })
+                    .min_by_key(|&(_, index)| index)
+                    .expect("a worker saw the overflow");
+                Some(Cutoff::Successors { count, depth })
+            }
+            Stop::Panicked => unreachable!("a panic is raised again above"),
+        };
+        if let Some(stopped) = stopped {
+            cutoff = Some(stopped);
             // This level is already counted in `bfs_fps`; what it partly found is dropped.
             frontier.fps.clear();
             break;
@@ -247,15 +397,13 @@ where
         if !frontier.fps.is_empty() {
             depth += 1;
         }
-        if let Some(max) = options.limits.max_states {
-            let unique = bfs_fps.len() + frontier.fps.len();
-            if unique as u64 > max && !frontier.fps.is_empty() {
-                cutoff = Some(Cutoff::States(max));
-                break;
-            }
-        }
     }
-    let unique_states = (bfs_fps.len() + frontier.fps.len()) as u64;
+    let unique_states = match cutoff {
+        // Exactly the limit: how many the cut level found past the completed ones
+        // depends on timing.
+        Some(Cutoff::States(max)) => max,
+        _ => (bfs_fps.len() + frontier.fps.len()) as u64,
+    };
     drop(frontier);
     drop(spares);
 
@@ -313,6 +461,8 @@ struct Scratch<A> {
     /// A state's successors not recently seen: fingerprint, action position, bytes.
     candidates: Vec<(u64, usize, std::ops::Range<usize>)>,
     seen_clause: Vec<bool>,
+    /// When this thread last read the process's memory.
+    memory_read: Option<Instant>,
 }
 
 impl<A> Scratch<A> {
@@ -321,6 +471,7 @@ impl<A> Scratch<A> {
             actions: Vec::new(),
             candidates: Vec::new(),
             seen_clause: vec![false; clause_count],
+            memory_read: None,
         }
     }
 }
@@ -337,6 +488,7 @@ fn expand_state<M>(
     spares: &Mutex<Vec<Vec<u8>>>,
     worker: &mut Worker,
     scratch: &mut Scratch<M::Action>,
+    budget: &Budget,
 ) where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -350,7 +502,15 @@ fn expand_state<M>(
     }
     let mut actions = std::mem::take(&mut scratch.actions);
     actions.clear();
-    model.expand_actions(&state, &mut actions);
+    let expanded = model.expand_actions(&state, &mut actions);
+    if let Err(count) = expanded.and_then(|()| {
+        let count = actions.len() as u64;
+        (count <= super::SUCCESSORS_MAX).then_some(()).ok_or(count)
+    }) {
+        worker.overflow.get_or_insert((index, count));
+        scratch.actions = actions;
+        return;
+    }
     let progress = model.progress(&state);
     // Does fairness force a step from here? If not, a run may end here.
     let mut forced = false;
@@ -363,6 +523,11 @@ fn expand_state<M>(
     // prefetch on top of the batching gained nothing).
     let mut candidates = std::mem::take(&mut scratch.candidates);
     for (position, action) in actions.drain(..).enumerate() {
+        // The level is dropped when the budget runs out, so this state may stop halfway.
+        if position % BUDGET_EVERY == BUDGET_EVERY - 1 && budget.exhausted(&mut scratch.memory_read)
+        {
+            break;
+        }
         let optional = model.is_optional(&action);
         let Some(next) = model.next_state(&state, action.clone()) else {
             continue;
