@@ -20,8 +20,13 @@ pub struct Settings {
     pub trace_dir: Option<PathBuf>,
     /// The trace directory as given on the command line (for reproduce commands).
     pub trace_dir_arg: Option<String>,
-    /// Command-line limit flags, repeated in reproduce commands.
+    /// Command-line limit flags (and `--shortest`), repeated in reproduce commands.
     pub limit_args: Vec<String>,
+    /// Report shortest counterexamples instead of the cheapest (fewest faults first).
+    pub shortest: bool,
+    /// Write traces for every violation, not only for checks whose verdict differs from
+    /// the spec's expectation.
+    pub all_traces: bool,
 }
 
 /// What the checker concluded.
@@ -138,6 +143,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         threads: settings.threads.max(1),
         symmetry: true,
         limits: limits(spec, settings),
+        shortest: settings.shortest,
     };
     // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
     // exit 2 naming the check, after every worker has stopped.
@@ -175,20 +181,6 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         (Verdict::Violated, None) => Observed::Violated,
         (Verdict::Holds, _) => Observed::Holds,
     };
-    let mut traces = Vec::new();
-    if let Some(dir) = &settings.trace_dir {
-        for counterexample in &report.counterexamples {
-            let command = reproduce_command(spec, &case.point, settings);
-            let trace = Trace::new(&model, spec, &case.point, counterexample, command);
-            let written = trace::write_all(&trace, dir).map_err(|e| {
-                InputError::file(
-                    &dir.display().to_string(),
-                    format!("cannot write trace: {e}"),
-                )
-            })?;
-            traces.extend(written);
-        }
-    }
     let mut outcome = Outcome {
         spec: spec.name.clone(),
         file: spec.file.clone(),
@@ -203,13 +195,28 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         max_depth: report.max_depth,
         seconds: report.elapsed.as_secs_f64(),
         states_per_second: report.states_per_second(),
-        traces,
+        traces: Vec::new(),
     };
     outcome.matches = matches(
         &outcome.expectation,
         &outcome.observed,
         &outcome.violated_properties(),
     );
+    // A reviewer needs the traces of what differs from the spec; expected violations
+    // are written only when asked for (`--all-traces`).
+    if let (Some(dir), true) = (&settings.trace_dir, !outcome.matches || settings.all_traces) {
+        for counterexample in &report.counterexamples {
+            let command = reproduce_command(spec, &case.point, settings);
+            let trace = Trace::new(&model, spec, &case.point, counterexample, command);
+            let written = trace::write_all(&trace, dir).map_err(|e| {
+                InputError::file(
+                    &dir.display().to_string(),
+                    format!("cannot write trace: {e}"),
+                )
+            })?;
+            outcome.traces.extend(written);
+        }
+    }
     Ok(outcome)
 }
 

@@ -416,6 +416,31 @@ impl crate::checker::Checkable for ContractModel {
         )
     }
 
+    fn is_fault(&self, action: &Action) -> bool {
+        // Everything a spec's [faults] table injects, and the client's abort.
+        match *action {
+            Action::ClientAborts { .. }
+            | Action::DecoderCrashes { .. }
+            | Action::ReadFails { .. } => true,
+            Action::ReadCompletes {
+                notification_lost, ..
+            } => notification_lost,
+            Action::HandshakeCompletes { ok, .. } => !ok,
+            // A newly announced count is a behaviour the spec enables (`announced-count`),
+            // not an injected fault.
+            Action::PrefillEngineSteps { output_lost, .. } => output_lost,
+            Action::DecodeEngineSteps { output_lost } => output_lost,
+            Action::PrefillFinishes { .. }
+            | Action::PrefillWorkerLoads { .. }
+            | Action::LeaseExpires { .. }
+            | Action::DecodeAdmits { .. } => false,
+        }
+    }
+
+    fn is_expiry(&self, action: &Action) -> bool {
+        matches!(action, Action::LeaseExpires { .. })
+    }
+
     fn clause_count(&self) -> usize {
         CLAUSES.len()
     }

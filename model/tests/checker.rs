@@ -24,6 +24,8 @@ fn ours(
             threads,
             symmetry,
             limits: Limits::default(),
+            // These tests compare with stateright's BFS, which finds shortest paths.
+            shortest: true,
         },
     )
 }
@@ -251,6 +253,7 @@ fn a_limit_makes_the_run_inconclusive_never_a_pass() {
                 threads: 2,
                 symmetry: true,
                 limits,
+                shortest: false,
             },
         )
     };
@@ -448,6 +451,7 @@ fn fan_options(threads: usize, limits: Limits) -> Options {
         threads,
         symmetry: false,
         limits,
+        shortest: false,
     }
 }
 

@@ -146,6 +146,7 @@ fn real_traces() -> &'static [Vec<u8>] {
         let settings = Settings {
             threads: 1,
             trace_dir: Some(dir.path().to_path_buf()),
+            all_traces: true,
             ..Settings::default()
         };
         let case = &spec.cases(&[]).unwrap()[0];

@@ -41,6 +41,7 @@ fn trace_naming(dir: &Path, source: &str) -> String {
         &fixture("seed-59325.toml"),
         "--trace-dir",
         dir.to_str().unwrap(),
+        "--all-traces",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let trace = std::fs::read_dir(dir)

@@ -12,6 +12,7 @@ mod conform_throughput;
 mod explore;
 mod fuzz;
 mod hostile;
+mod order;
 mod reduction;
 mod schema;
 mod simulate_cli;

@@ -10,9 +10,16 @@ use std::path::{Path, PathBuf};
 
 const CLAUSE: &str = "eventually-freed__delay-freed-request-never-freed";
 
-/// Checks `spec` with `--trace-dir dir` plus `extra` arguments; returns stdout.
+/// Checks `spec` with `--trace-dir dir --all-traces` (these specs' violations are
+/// expected, which alone write no trace) plus `extra` arguments; returns stdout.
 fn check_with_traces(spec: &str, dir: &Path, extra: &[&str]) -> String {
-    let mut args = vec!["check", spec, "--trace-dir", dir.to_str().unwrap()];
+    let mut args = vec![
+        "check",
+        spec,
+        "--trace-dir",
+        dir.to_str().unwrap(),
+        "--all-traces",
+    ];
     args.extend_from_slice(extra);
     let (code, stdout, stderr) = run(&args);
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -46,7 +53,10 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
     assert_eq!(names, want);
 
     let base = dir.path().join(format!("seed-59325__{CLAUSE}"));
-    let command = format!("kvcc check {spec} --trace-dir {}", dir.path().display());
+    let command = format!(
+        "kvcc check {spec} --all-traces --trace-dir {}",
+        dir.path().display()
+    );
     let txt = read(&base.with_extension("txt"));
     assert!(txt.starts_with("kvcc "), "{txt}");
     assert!(
@@ -84,7 +94,8 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
 
     let sh = read(&base.with_extension("sh"));
     assert!(sh.starts_with("#!/bin/sh\n"), "{sh}");
-    assert!(sh.lines().any(|l| l == command), "{sh}");
+    assert!(sh.lines().any(|l| l == "set -eu"), "{sh}");
+    assert!(sh.lines().any(|l| l == format!("exec {command}")), "{sh}");
 
     let trace = itf(&base.with_extension("itf.json"));
     let meta = &trace["#meta"];
@@ -384,4 +395,67 @@ fn issue6_a_store_outside_the_topology_does_not_reproduce_exit_1() {
     let (code, stdout, stderr) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(stdout.contains("this model does not have"), "{stdout}");
+}
+
+#[test]
+fn issue11_a_run_with_every_verdict_as_expected_writes_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let (code, stdout, _) = run(&["check", "--trace-dir", traces.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(!traces.exists() || std::fs::read_dir(&traces).unwrap().next().is_none());
+    // The twin: --all-traces writes the expected violations' traces.
+    let (code, _, _) = run(&[
+        "check",
+        &fixture("seed-59325.toml"),
+        "--trace-dir",
+        traces.to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read_dir(&traces).unwrap().count(), 8);
+}
+
+#[test]
+fn issue11_a_mismatch_script_runs_from_any_directory_with_kvcc_on_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let (code, stdout, _) = run(&[
+        "check",
+        &fixture("mismatch.toml"),
+        "--trace-dir",
+        traces.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(crate::common::KVCC, bin.join("kvcc")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let scripts: Vec<_> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    assert!(!scripts.is_empty(), "a mismatch writes its traces");
+    let elsewhere = tempfile::tempdir().unwrap();
+    for script in scripts {
+        let mode = std::fs::metadata(&script).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "{} is executable", script.display());
+        let (code, stdout, stderr) = output(
+            std::process::Command::new(&script)
+                .current_dir(elsewhere.path())
+                .env("PATH", &path),
+        );
+        assert!(
+            code == 0 || code == 1,
+            "{}: {code}\n{stdout}{stderr}",
+            script.display()
+        );
+        assert!(stdout.contains("mismatched"), "{stdout}{stderr}");
+    }
 }

@@ -57,6 +57,14 @@ pub struct Args {
     /// check inconclusive instead of ending the process.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_memory: Option<u64>,
+    /// Report each violated clause's shortest counterexample instead of its cheapest
+    /// (the default: fewest injected faults, then fewest lease expiries, then fewest steps).
+    #[arg(long)]
+    pub shortest: bool,
+    /// With --trace-dir: write the traces of every violation, also those the spec expects
+    /// (by default only checks whose verdict differs from the expectation get traces).
+    #[arg(long, requires = "trace_dir")]
+    pub all_traces: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -166,6 +174,12 @@ fn settings(args: &Args) -> Settings {
     if let Some(n) = args.max_memory {
         limit_args.extend(["--max-memory".to_string(), n.to_string()]);
     }
+    if args.shortest {
+        limit_args.push("--shortest".to_string());
+    }
+    if args.all_traces {
+        limit_args.push("--all-traces".to_string());
+    }
     Settings {
         threads,
         limits: Limits {
@@ -177,6 +191,8 @@ fn settings(args: &Args) -> Settings {
         trace_dir: args.trace_dir.as_ref().map(Into::into),
         trace_dir_arg: args.trace_dir.clone(),
         limit_args,
+        shortest: args.shortest,
+        all_traces: args.all_traces,
     }
 }
 

@@ -68,6 +68,7 @@ pub fn render(trace: &Trace) -> String {
         kvcc_version: Some(crate::VERSION.into()),
         trace_format_version: TRACE_FORMAT_VERSION,
         command: Some(trace.command.clone()),
+        cost: Some(trace.cost_line()),
     };
     let doc = ItfTrace {
         meta,
@@ -115,6 +116,9 @@ pub struct ItfMeta {
     /// The command that reproduces the run.
     #[serde(default)]
     pub command: Option<String>,
+    /// `0 faults, 0 expiries, 6 steps (...)`: what the counterexample costs.
+    #[serde(default)]
+    pub cost: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

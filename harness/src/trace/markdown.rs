@@ -26,6 +26,7 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     }
     let kind = format!("{:?}", trace.kind).to_lowercase();
     let _ = writeln!(out, "| clause | `{}` ({kind}) |", trace.clause_name());
+    let _ = writeln!(out, "| cost | {} |", trace.cost_line());
     let _ = writeln!(out, "| kvcc | {} |\n", crate::VERSION);
     let _ = writeln!(out, "```mermaid\n{}```\n", diagram(trace));
     let _ = writeln!(out, "<details><summary>Initial state</summary>\n");

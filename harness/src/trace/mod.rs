@@ -11,7 +11,7 @@ pub mod text;
 
 use crate::spec::point::{sanitize, Point};
 use crate::spec::Spec;
-use kvcc_model::checker::{Counterexample, Kind};
+use kvcc_model::checker::{Choice, Cost, Counterexample, Kind};
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::{describe, Action, ContractModel};
 use std::collections::BTreeMap;
@@ -51,6 +51,9 @@ pub struct Trace {
     pub explore_command: String,
     pub initial: Facts,
     pub steps: Vec<Step>,
+    /// Its faults, expiries and steps, and how it was chosen among the clause's.
+    pub cost: Cost,
+    pub choice: Choice,
     pub prefill_ranks: u16,
     pub decode_ranks: u16,
     /// Per read handle: (D rank, P rank it reads).
@@ -97,6 +100,8 @@ impl Trace {
             explore_command: explore.join(" "),
             initial: describe::facts(&counterexample.initial),
             steps,
+            cost: counterexample.cost,
+            choice: counterexample.choice,
             prefill_ranks: t.prefill_world,
             decode_ranks: t.decode_world,
             handles: t.handles.iter().map(|h| (h.decoder, h.source)).collect(),
@@ -117,6 +122,18 @@ impl Trace {
         parts.push(sanitize(&self.property));
         parts.push(sanitize(&self.clause));
         parts.join("__")
+    }
+
+    /// `0 faults, 0 expiries, 6 steps (the fewest faults, then expiries, then steps)`.
+    pub fn cost_line(&self) -> String {
+        let why = match self.choice {
+            Choice::Cheapest => "of this clause's counterexamples, the fewest faults, then lease expiries, then steps",
+            Choice::Shortest => "a shortest counterexample (--shortest)",
+            Choice::ShortestCut => {
+                "a shortest counterexample: the search was cut, so a cheaper one may lie beyond it"
+            }
+        };
+        format!("{} ({why})", self.cost)
     }
 
     /// Why the last state is a violation, in one line.
@@ -153,13 +170,30 @@ pub fn write_all(trace: &Trace, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         std::fs::write(&file, contents)?;
         written.push(file);
     }
+    make_executable(&path("sh"))?;
     Ok(written)
 }
 
-/// `NAME.sh`: the reproduce command, runnable as is.
+#[cfg(unix)]
+fn make_executable(file: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// `NAME.sh`: the reproduce command, runnable from any directory: it first changes to the
+/// directory the check ran in, which the command's paths are relative to. Exits as
+/// `kvcc check` does (0 as expected, 1 a finding).
 fn script(trace: &Trace, replay: &str) -> String {
+    let cwd = std::env::current_dir()
+        .map(|d| shell_quote(&d.display().to_string()))
+        .unwrap_or_else(|_| ".".into());
     format!(
-        "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\n{}\n",
+        "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\nset -eu\ncd {cwd}\nexec {}\n",
         crate::VERSION,
         trace.clause_name(),
         trace.command

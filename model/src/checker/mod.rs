@@ -23,6 +23,7 @@
 //!   clause is re-checked on the final state before they are returned ([`replay`]).
 
 mod fingerprint;
+mod order;
 mod replay;
 mod search;
 mod visited;
@@ -59,6 +60,7 @@ where
     model.pack(&state, out);
     fingerprint::fingerprint_bytes(&out[begin..])
 }
+pub use order::Cost;
 pub use replay::{replay_path, ReplayError};
 pub use search::check;
 
@@ -103,6 +105,14 @@ where
     /// Fairness does not force it, so a run may end in a state where only such actions
     /// are enabled, and liveness is checked there too.
     fn is_optional(&self, action: &Self::Action) -> bool;
+    /// An injected fault: counterexamples with fewer are preferred ([`order`]).
+    fn is_fault(&self, action: &Self::Action) -> bool {
+        self.is_optional(action)
+    }
+    /// A timer's expiry (a lease): preferred fewer, after faults ([`order`]).
+    fn is_expiry(&self, _action: &Self::Action) -> bool {
+        false
+    }
     /// How many clauses there are.
     fn clause_count(&self) -> usize;
     fn clause_kind(&self, clause: usize) -> Kind;
@@ -147,6 +157,9 @@ pub struct Options {
     pub threads: usize,
     pub symmetry: bool,
     pub limits: Limits,
+    /// Report each clause's first violation in BFS order (a shortest path), instead of
+    /// its cheapest: fewest faults, then fewest expiries, then fewest steps ([`order`]).
+    pub shortest: bool,
 }
 
 impl Default for Options {
@@ -155,6 +168,7 @@ impl Default for Options {
             threads: 1,
             symmetry: true,
             limits: Limits::default(),
+            shortest: false,
         }
     }
 }
@@ -206,6 +220,22 @@ pub struct Counterexample<M: stateright::Model> {
     pub kind: Kind,
     pub initial: M::State,
     pub steps: Vec<(M::Action, M::State)>,
+    /// Its faults, expiries and steps.
+    pub cost: Cost,
+    /// How it was chosen.
+    pub choice: Choice,
+}
+
+/// Which of a clause's counterexamples is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// The cheapest: fewest faults, then fewest expiries, then fewest steps.
+    Cheapest,
+    /// A shortest path (`--shortest`).
+    Shortest,
+    /// A shortest path, because the search was cut by a limit: the cheapest could lie
+    /// beyond what was explored.
+    ShortestCut,
 }
 
 #[derive(Clone, Debug)]

@@ -9,7 +9,9 @@
 //! widest level the search stops asking the kernel for fresh (zeroed) pages.
 
 use super::visited::{self, Visited};
-use super::{replay, Checkable, Counterexample, Cutoff, Kind, Options, Report, Verdict};
+use super::{
+    order, replay, Checkable, Choice, Cost, Counterexample, Cutoff, Kind, Options, Report, Verdict,
+};
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -407,26 +409,7 @@ where
     drop(frontier);
     drop(spares);
 
-    let mut counterexamples = Vec::new();
-    for (clause, index) in first.iter().enumerate() {
-        if let Some(index) = index {
-            let path = replay::path_to(&visited, &bfs_fps, *index);
-            let replayed = replay::replay_fingerprints(model, &path, options.symmetry, clause)
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "checker bug: counterexample for {} did not replay: {e}",
-                        model.clause_name(clause)
-                    )
-                });
-            counterexamples.push(Counterexample {
-                clause,
-                name: model.clause_name(clause),
-                kind: model.clause_kind(clause),
-                initial: replayed.0,
-                steps: replayed.1,
-            });
-        }
-    }
+    let counterexamples = pick_counterexamples(model, options, &visited, &bfs_fps, &first, &cutoff);
     let verdict = match (&counterexamples.is_empty(), &cutoff) {
         (false, _) => Verdict::Violated,
         (true, Some(c)) => Verdict::Inconclusive(c.clone()),
@@ -441,6 +424,64 @@ where
         max_depth: depth,
         elapsed: start.elapsed(),
     }
+}
+
+/// Each violated clause's reported counterexample, replayed: its cheapest ([`super::order`])
+/// when the graph was explored whole, else its first in BFS order.
+fn pick_counterexamples<M>(
+    model: &M,
+    options: &Options,
+    visited: &Visited,
+    bfs_fps: &[u64],
+    first: &[Option<u64>],
+    cutoff: &Option<Cutoff>,
+) -> Vec<Counterexample<M>>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let violated: Vec<usize> = (0..first.len()).filter(|&c| first[c].is_some()).collect();
+    // A possible cycle leaves the explored graph whole; any other cut does not.
+    let whole = matches!(cutoff, None | Some(Cutoff::PossibleCycle { .. }));
+    let choice = match (options.shortest, whole) {
+        (true, _) => Choice::Shortest,
+        (false, true) => Choice::Cheapest,
+        (false, false) => Choice::ShortestCut,
+    };
+    let cheapest = if choice == Choice::Cheapest && !violated.is_empty() {
+        order::cheapest(model, options.symmetry, &violated)
+    } else {
+        Vec::new()
+    };
+    violated
+        .iter()
+        .enumerate()
+        .map(|(i, &clause)| {
+            let path = match cheapest.get(i) {
+                Some(Some(path)) => path.clone(),
+                _ => replay::path_to(visited, bfs_fps, first[clause].expect("violated")),
+            };
+            let (initial, steps) =
+                replay::replay_fingerprints(model, &path, options.symmetry, clause).unwrap_or_else(
+                    |e| {
+                        panic!(
+                            "checker bug: counterexample for {} did not replay: {e}",
+                            model.clause_name(clause)
+                        )
+                    },
+                );
+            Counterexample {
+                clause,
+                name: model.clause_name(clause),
+                kind: model.clause_kind(clause),
+                cost: Cost::of(model, steps.iter().map(|(action, _)| action)),
+                choice,
+                initial,
+                steps,
+            }
+        })
+        .collect()
 }
 
 fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
