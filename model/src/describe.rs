@@ -155,7 +155,8 @@ pub fn facts(state: &State) -> BTreeMap<String, String> {
             };
             let send = match cell.send {
                 SendPhase::InBatch => "in batch".to_string(),
-                SendPhase::ToSend => "to send (lease armed)".to_string(),
+                SendPhase::ToSend if t.leases => "to send (lease armed)".to_string(),
+                SendPhase::ToSend => "to send (waiting for D's reads)".to_string(),
                 SendPhase::Done => "done, report pending".to_string(),
                 SendPhase::Reported => "reported".to_string(),
                 SendPhase::Cleared => {

@@ -46,6 +46,9 @@ pub struct Topology {
     pub prefill_announced: Option<u32>,
     /// `E` of D's aggregator.
     pub decode_expected: u32,
+    /// Whether a transfer rank arms a lease when the send metadata arrives
+    /// (`producer.lease`): traces say "lease armed" only then.
+    pub leases: bool,
 }
 
 impl Topology {
@@ -166,6 +169,7 @@ impl Topology {
             groups,
             prefill_expected,
             prefill_announced,
+            leases: config.producer.lease,
             decode_expected,
         }
     }

@@ -2,7 +2,7 @@
 //! violated clause, and `kvcc replay` re-executes the ITF one (issue 4's acceptance:
 //! the #59325 regression spec, then the same trace against the fixed spec).
 
-use crate::common::{fixture, kvcc, output, run};
+use crate::common::{fixture, kvcc, output, root, run};
 use kvcc_model::checker::replay_path;
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::{describe, Action, ContractModel};
@@ -145,8 +145,7 @@ fn itf_round_trip_replays_to_the_same_violation() {
         .collect();
     let clause = trace["#meta"]["clause-index"].as_u64().unwrap() as usize;
     assert_eq!(CLAUSES[clause].property, "eventually-freed");
-    let spec =
-        kvcc::spec::Spec::load(crate::common::root().join(&spec_file).to_str().unwrap()).unwrap();
+    let spec = kvcc::spec::Spec::load(root().join(&spec_file).to_str().unwrap()).unwrap();
     let config = spec.config(&kvcc::spec::point::Point::default()).unwrap();
     let model = ContractModel::new(config);
     let states = replay_path(&model, &actions, clause).expect("the trace reproduces");
@@ -174,11 +173,7 @@ fn issue_4_replay_reproduces_exit_0() {
 /// trace's spec only inside the working tree or the trace's own directory).
 fn traced_copy(dir: &Path) -> (PathBuf, PathBuf) {
     let spec = dir.join("seed-59325.toml");
-    std::fs::copy(
-        crate::common::root().join(fixture("seed-59325.toml")),
-        &spec,
-    )
-    .unwrap();
+    std::fs::copy(root().join(fixture("seed-59325.toml")), &spec).unwrap();
     check_with_traces(spec.to_str().unwrap(), dir, &[]);
     (spec, dir.join(format!("seed-59325__{CLAUSE}.itf.json")))
 }
@@ -457,5 +452,198 @@ fn issue11_a_mismatch_script_runs_from_any_directory_with_kvcc_on_path() {
             script.display()
         );
         assert!(stdout.contains("mismatched"), "{stdout}{stderr}");
+    }
+}
+
+/// Checks a Mermaid `sequenceDiagram` against the subset of its grammar kvcc writes:
+/// declared participants, well-formed arrows and notes between declared ones, labels
+/// free of `;` and `#` (a statement break and an entity to Mermaid), balanced `rect`.
+fn mermaid_errors(diagram: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut lines = diagram.lines().map(str::trim).filter(|l| !l.is_empty());
+    if lines.next() != Some("sequenceDiagram") {
+        errors.push("does not start with sequenceDiagram".to_string());
+    }
+    let id_ok =
+        |id: &str| !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut participants = std::collections::BTreeSet::new();
+    let mut open_rects = 0i32;
+    let label_ok =
+        |label: &str| !label.trim().is_empty() && !label.contains(';') && !label.contains('#');
+    for line in lines {
+        if let Some(rest) = line.strip_prefix("participant ") {
+            let id = rest.split(" as ").next().unwrap_or_default();
+            if !id_ok(id) {
+                errors.push(format!("bad participant id: {line}"));
+            }
+            participants.insert(id.to_string());
+        } else if let Some(rest) = line.strip_prefix("Note over ") {
+            let (who, label) = rest.split_once(": ").unwrap_or((rest, ""));
+            for id in who.split(',') {
+                if !participants.contains(id) {
+                    errors.push(format!("note over an undeclared participant: {line}"));
+                }
+            }
+            if !label_ok(label) {
+                errors.push(format!("bad label: {line}"));
+            }
+        } else if line.starts_with("rect ") {
+            open_rects += 1;
+        } else if line == "end" {
+            open_rects -= 1;
+        } else {
+            let Some((arrow_part, label)) = line.split_once(": ") else {
+                errors.push(format!("not a statement: {line}"));
+                continue;
+            };
+            let arrow = ["-->>", "->>", "--x", "-x"]
+                .into_iter()
+                .find(|a| arrow_part.contains(a));
+            let Some(arrow) = arrow else {
+                errors.push(format!("no arrow: {line}"));
+                continue;
+            };
+            let (from, to) = arrow_part.split_once(arrow).unwrap();
+            for id in [from, to] {
+                if !participants.contains(id) {
+                    errors.push(format!("undeclared participant `{id}`: {line}"));
+                }
+            }
+            if !label_ok(label) {
+                errors.push(format!("bad label: {line}"));
+            }
+        }
+        if open_rects < 0 {
+            errors.push(format!("`end` without `rect`: {line}"));
+        }
+    }
+    if open_rects != 0 {
+        errors.push("unbalanced rect/end".to_string());
+    }
+    errors
+}
+
+#[test]
+fn issue11_every_diagram_is_well_formed_mermaid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(&[
+        "check",
+        "--trace-dir",
+        dir.path().to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let md = read(&path);
+        let start = md.find("```mermaid\n").expect("a diagram") + "```mermaid\n".len();
+        let diagram = &md[start..start + md[start..].find("```").unwrap()];
+        let errors = mermaid_errors(diagram);
+        assert!(
+            errors.is_empty(),
+            "{}: {errors:?}\n{diagram}",
+            path.display()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 70, "{checked} diagrams");
+    // The validator's broken twins.
+    for bad in [
+        "sequenceDiagram\n    participant A\n    A->>B: 1. to nobody",
+        "sequenceDiagram\n    participant A\n    participant B\n    A->>B: 1. a; b",
+        "sequenceDiagram\n    participant A\n    rect rgb(1,1,1)\n    Note over A: x",
+        "graph TD\n    A-->B",
+    ] {
+        assert!(!mermaid_errors(bad).is_empty(), "{bad}");
+    }
+}
+
+#[test]
+fn issue11_the_seed_regression_tells_the_prs_story_at_every_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(&[
+        "check",
+        "specs/pr59325-regression.toml",
+        "--trace-dir",
+        dir.path().to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut points = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(&format!("{CLAUSE}.txt")) {
+            continue;
+        }
+        points += 1;
+        let txt = read(&path);
+        let steps: Vec<&str> = txt
+            .lines()
+            .filter(|l| {
+                l.split_once(". ")
+                    .is_some_and(|(n, _)| n.parse::<u32>().is_ok())
+            })
+            .collect();
+        assert!(!steps.iter().any(|l| l.contains("FAULT")), "{txt}");
+        assert!(!steps.iter().any(|l| l.contains("expires")), "{txt}");
+        assert!(txt.contains("cost:     0 faults, 0 expiries"), "{txt}");
+        assert!(txt.contains("CLEARED by the connector"), "{txt}");
+        let diagnosis = &txt[txt.find("diagnosis:").expect("a diagnosis")..];
+        assert!(diagnosis.contains("to go"), "{diagnosis}");
+        assert!(
+            diagnosis.contains("(replica) req0: reported, CLEARED by the connector"),
+            "{diagnosis}"
+        );
+        let md = read(&path.with_extension("md"));
+        assert!(
+            md.contains("-xPagg: "),
+            "the dropped report is a lost message: {md}"
+        );
+        if name.contains("producer.lease=false") {
+            let step_lines = txt[..txt.find("VIOLATED").unwrap()].to_lowercase();
+            let step_lines = &step_lines[step_lines.find("0. initial state").unwrap()..];
+            assert!(!step_lines.contains("lease"), "{txt}");
+        }
+    }
+    assert_eq!(points, 16);
+}
+
+#[test]
+fn issue11_the_gallery_in_docs_traces_has_not_drifted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("traces");
+    let (code, stdout, stderr) = output(
+        std::process::Command::new("bash")
+            .arg(root().join("scripts/gallery.sh"))
+            .env("KVCC", crate::common::KVCC)
+            .env("OUT", &out),
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let committed = root().join("docs/traces");
+    let names = |d: &Path| {
+        let mut n: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(
+        names(&out),
+        names(&committed),
+        "regenerate: bash scripts/gallery.sh"
+    );
+    for name in names(&out) {
+        let fresh = read(&out.join(&name)).replace(out.to_str().unwrap(), "docs/traces");
+        assert_eq!(
+            fresh,
+            read(&committed.join(&name)),
+            "docs/traces/{name} drifted: regenerate with bash scripts/gallery.sh"
+        );
     }
 }

@@ -69,6 +69,7 @@ pub fn render(trace: &Trace) -> String {
         trace_format_version: TRACE_FORMAT_VERSION,
         command: Some(trace.command.clone()),
         cost: Some(trace.cost_line()),
+        diagnosis: Some(trace.diagnosis.join("\n")),
     };
     let doc = ItfTrace {
         meta,
@@ -119,6 +120,9 @@ pub struct ItfMeta {
     /// `0 faults, 0 expiries, 6 steps (...)`: what the counterexample costs.
     #[serde(default)]
     pub cost: Option<String>,
+    /// The trace's diagnosis, one line per `\n`.
+    #[serde(default)]
+    pub diagnosis: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 //! Trace Format, replayable with `kvcc replay`) and `NAME.sh` (the exact command that
 //! reproduces the run). NAME is `SPEC[__POINT]__PROPERTY__CLAUSE`.
 
+pub mod diagnosis;
 pub mod itf;
 pub mod markdown;
 pub mod replay;
@@ -54,6 +55,8 @@ pub struct Trace {
     /// Its faults, expiries and steps, and how it was chosen among the clause's.
     pub cost: Cost,
     pub choice: Choice,
+    /// What the violation is made of ([`diagnosis`]).
+    pub diagnosis: Vec<String>,
     pub prefill_ranks: u16,
     pub decode_ranks: u16,
     /// Per read handle: (D rank, P rank it reads).
@@ -80,6 +83,9 @@ impl Trace {
             });
             before = after;
         }
+        let initial = describe::facts(&counterexample.initial);
+        let diagnosis =
+            diagnosis::diagnose(model, counterexample, clause.property, &initial, &steps);
         let t = &model.topology;
         let explore: Vec<String> = ["kvcc".into(), "explore".into(), spec.file.clone()]
             .into_iter()
@@ -98,8 +104,9 @@ impl Trace {
             meaning: clause.meaning.to_string(),
             command,
             explore_command: explore.join(" "),
-            initial: describe::facts(&counterexample.initial),
+            initial,
             steps,
+            diagnosis,
             cost: counterexample.cost,
             choice: counterexample.choice,
             prefill_ranks: t.prefill_world,
@@ -127,7 +134,9 @@ impl Trace {
     /// `0 faults, 0 expiries, 6 steps (the fewest faults, then expiries, then steps)`.
     pub fn cost_line(&self) -> String {
         let why = match self.choice {
-            Choice::Cheapest => "of this clause's counterexamples, the fewest faults, then lease expiries, then steps",
+            Choice::Cheapest => {
+                "of this clause's counterexamples, the fewest faults, then expiries, then steps"
+            }
             Choice::Shortest => "a shortest counterexample (--shortest)",
             Choice::ShortestCut => {
                 "a shortest counterexample: the search was cut, so a cheaper one may lie beyond it"

@@ -38,6 +38,11 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     let _ = writeln!(out, "VIOLATED {} — {}", trace.clause_name(), trace.meaning);
     let _ = writeln!(out, "({})", trace.ending());
     let _ = writeln!(out);
+    let _ = writeln!(out, "diagnosis:");
+    for line in &trace.diagnosis {
+        let _ = writeln!(out, "  {line}");
+    }
+    let _ = writeln!(out);
     let _ = writeln!(out, "reproduce: {}", trace.command);
     let _ = writeln!(out, "replay:    {replay}");
     let _ = writeln!(out, "explore:   {}", trace.explore_command);
