@@ -122,6 +122,12 @@ pub fn matches(expectation: &Expectation, observed: &Observed, violated: &[Strin
             got.sort();
             want == got
         }
+        (Expectation::ViolatedAll(want), Observed::Violated) => {
+            want.iter().all(|p| violated.contains(p))
+        }
+        (Expectation::ViolatedAny(want), Observed::Violated) => {
+            want.iter().any(|p| violated.contains(p))
+        }
         _ => false,
     }
 }

@@ -1,7 +1,7 @@
 //! `kvcc check` end to end: verdicts against expectations, every exit code, every output
 //! format. Fixtures are in tests/fixtures/ (single request, tp = 1, pcp = 2: fast).
 
-use crate::common::{fixture, kvcc, line_of, output, run};
+use crate::common::{fixture, kvcc, line_of, output, root, run};
 
 #[test]
 fn seed_59325_regression_and_fix_check_as_expected_exit_0() {
@@ -104,7 +104,7 @@ fn issue_4_typo_exits_2_naming_file_line_and_field() {
 fn typo_in_a_nested_table_names_the_full_field_path() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pcq.toml");
-    let text = std::fs::read_to_string(crate::common::root().join(fixture("seed-59325.toml")))
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325.toml")))
         .unwrap()
         .replace("pcp = 2", "pcq = 2");
     std::fs::write(&file, &text).unwrap();
@@ -149,10 +149,9 @@ fn malformed_toml_exits_2_with_position() {
 fn matrix_value_errors_point_at_the_matrix_entry() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("zero.toml");
-    let text =
-        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
-            .unwrap()
-            .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
     std::fs::write(&file, &text).unwrap();
     let line = text
         .lines()
@@ -172,9 +171,7 @@ fn matrix_value_errors_point_at_the_matrix_entry() {
 #[test]
 fn bad_matrix_path_and_bad_property_name_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let base =
-        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
-            .unwrap();
+    let base = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml"))).unwrap();
     for (from, to, want) in [
         (
             "\"prefill.pcp\" = [1, 2, 4]",
@@ -366,13 +363,12 @@ fn github_actions_get_annotations_at_the_expect_line_and_a_summary() {
 fn expect_when_mismatch_is_annotated_at_its_own_line() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("when.toml");
-    let text =
-        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
-            .unwrap()
-            .replace(
-                "match = { \"prefill.pcp\" = 1 }",
-                "match = { \"prefill.pcp\" = 2 }",
-            );
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace(
+            "match = { \"prefill.pcp\" = 1 }",
+            "match = { \"prefill.pcp\" = 2 }",
+        );
     std::fs::write(&file, &text).unwrap();
     let line = text
         .lines()
@@ -410,7 +406,7 @@ fn shipped_specs_check_as_expected() {
 fn a_misspelt_spec_table_is_an_unknown_field_not_a_missing_expect() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("expected.toml");
-    let text = std::fs::read_to_string(crate::common::root().join(fixture("seed-59325.toml")))
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325.toml")))
         .unwrap()
         .replace("[expect]", "[expected]");
     std::fs::write(&file, &text).unwrap();
@@ -438,11 +434,7 @@ fn a_spec_named_twice_is_checked_once_and_two_specs_may_not_share_a_name() {
     assert!(stdout.contains("1 check: 1 as expected"), "{stdout}");
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("seed-59325.toml");
-    std::fs::copy(
-        crate::common::root().join(fixture("seed-59325.toml")),
-        &copy,
-    )
-    .unwrap();
+    std::fs::copy(root().join(fixture("seed-59325.toml")), &copy).unwrap();
     let (code, _, stderr) = run(&["check", &fixture("seed-59325.toml"), copy.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
@@ -484,4 +476,51 @@ fn long_matrix_points_keep_trace_names_short_and_distinct() {
     assert!(a.len() <= 120, "{a}");
     assert_ne!(a, b);
     assert_eq!(a, long(1).file_label(), "deterministic");
+}
+
+/// Issue 12: reviewers know "at least this one" or "one of these" as often as the exact
+/// set; `violates` stays exact.
+#[test]
+fn issue12_violates_all_and_violates_any_expectations() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325.toml"))).unwrap();
+    let exact = "violates = [\"eventually-freed\", \"aggregator-drains\"]";
+    assert!(text.contains(exact), "{text}");
+    for (expect, code) in [
+        (exact, 0),
+        ("violates = [\"eventually-freed\"]", 1),
+        ("violates-all = [\"eventually-freed\"]", 0),
+        (
+            "violates-all = [\"eventually-freed\", \"no-free-under-rdma\"]",
+            1,
+        ),
+        (
+            "violates-any = [\"no-free-under-rdma\", \"aggregator-drains\"]",
+            0,
+        ),
+        (
+            "violates-any = [\"no-free-under-rdma\", \"exactly-once\"]",
+            1,
+        ),
+    ] {
+        let spec = dir.path().join("expect.toml");
+        std::fs::write(&spec, text.replace(exact, expect)).unwrap();
+        let (got, stdout, stderr) = run(&["check", spec.to_str().unwrap()]);
+        assert_eq!(got, code, "{expect}: {stdout}{stderr}");
+    }
+    let spec = dir.path().join("both.toml");
+    std::fs::write(
+        &spec,
+        text.replace(
+            exact,
+            &format!("{exact}\nviolates-any = [\"exactly-once\"]"),
+        ),
+    )
+    .unwrap();
+    let (got, _, stderr) = run(&["check", spec.to_str().unwrap()]);
+    assert_eq!(got, 2);
+    assert!(
+        stderr.contains("expect.violates-any: give one of"),
+        "{stderr}"
+    );
 }

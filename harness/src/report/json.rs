@@ -50,16 +50,23 @@ struct Line<'a> {
 }
 
 /// The JSON line of one check.
+/// An expectation as JSON, the way its spec wrote it (FORMATS.md; `kvcc-bench` too).
+pub fn expected(expectation: &Expectation) -> serde_json::Value {
+    match expectation {
+        Expectation::Holds => json!({"verdict": "holds"}),
+        Expectation::Violated(p) => json!({"verdict": "violated", "violates": p}),
+        Expectation::ViolatedAll(p) => json!({"verdict": "violated", "violates-all": p}),
+        Expectation::ViolatedAny(p) => json!({"verdict": "violated", "violates-any": p}),
+    }
+}
+
 pub fn line(o: &Outcome) -> String {
     let (verdict, reason) = match &o.observed {
         Observed::Holds => ("holds", None),
         Observed::Violated => ("violated", None),
         Observed::Inconclusive(r) => ("inconclusive", Some(r.as_str())),
     };
-    let expected = match &o.expectation {
-        Expectation::Holds => json!({"verdict": "holds"}),
-        Expectation::Violated(p) => json!({"verdict": "violated", "violates": p}),
-    };
+    let expected = expected(&o.expectation);
     let line = Line {
         format_version: FORMAT_VERSION,
         kvcc_version: crate::VERSION,

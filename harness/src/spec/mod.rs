@@ -44,8 +44,12 @@ pub const FORMAT_VERSION: i64 = 1;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Expectation {
     Holds,
-    /// Exactly these properties are violated (in `PROPERTIES` order).
+    /// Exactly these properties are violated (in `PROPERTIES` order): `violates`.
     Violated(Vec<String>),
+    /// At least these, perhaps more: `violates-all`.
+    ViolatedAll(Vec<String>),
+    /// At least one of these, perhaps others too: `violates-any`.
+    ViolatedAny(Vec<String>),
 }
 
 impl std::fmt::Display for Expectation {
@@ -53,6 +57,8 @@ impl std::fmt::Display for Expectation {
         match self {
             Expectation::Holds => write!(f, "holds"),
             Expectation::Violated(p) => write!(f, "violated ({})", p.join(", ")),
+            Expectation::ViolatedAll(p) => write!(f, "violated (at least {})", p.join(", ")),
+            Expectation::ViolatedAny(p) => write!(f, "violated (any of {})", p.join(", ")),
         }
     }
 }
@@ -120,6 +126,10 @@ struct ExpectToml {
     #[serde(default)]
     violates: Option<Vec<String>>,
     #[serde(default)]
+    violates_all: Option<Vec<String>>,
+    #[serde(default)]
+    violates_any: Option<Vec<String>>,
+    #[serde(default)]
     when: Vec<WhenToml>,
 }
 
@@ -131,6 +141,10 @@ struct WhenToml {
     verdict: VerdictToml,
     #[serde(default)]
     violates: Option<Vec<String>>,
+    #[serde(default)]
+    violates_all: Option<Vec<String>>,
+    #[serde(default)]
+    violates_any: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -586,27 +600,53 @@ fn matrix_entries(source: &Source, matrix: toml::Value) -> Result<Vec<MatrixEntr
     Ok(entries)
 }
 
+/// The violated-property lists of an expectation: `violates` (exactly these),
+/// `violates-all` (at least these) or `violates-any` (at least one of these).
+struct Violates {
+    exactly: Option<Vec<String>>,
+    all: Option<Vec<String>>,
+    any: Option<Vec<String>>,
+}
+
 fn expectation(
     source: &Source,
     at: &[Seg],
     verdict: VerdictToml,
-    violates: Option<Vec<String>>,
+    violates: Violates,
 ) -> Result<Expectation, InputError> {
-    let mut violates_at = at.to_vec();
-    violates_at.push(key("violates"));
-    match (verdict, violates) {
-        (VerdictToml::Holds, None) => Ok(Expectation::Holds),
-        (VerdictToml::Holds, Some(_)) => Err(source.error(
-            &violates_at,
+    let given: Vec<(&str, Vec<String>)> = [
+        ("violates", violates.exactly),
+        ("violates-all", violates.all),
+        ("violates-any", violates.any),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect();
+    let key_at = |k: &str| {
+        let mut segs = at.to_vec();
+        segs.push(key(k));
+        segs
+    };
+    match (verdict, given.as_slice()) {
+        (VerdictToml::Holds, []) => Ok(Expectation::Holds),
+        (VerdictToml::Holds, [(k, _), ..]) => Err(source.error(
+            &key_at(k),
             Part::Key,
             "only a \"violated\" verdict names violated properties",
         )),
-        (VerdictToml::Violated, None) => Err(source.error(
+        (VerdictToml::Violated, []) => Err(source.error(
             at,
             Part::Key,
-            "verdict \"violated\" needs `violates = [...]`: exactly the properties the check must violate",
+            "verdict \"violated\" needs `violates = [...]` (exactly these properties), \
+             `violates-all` (at least these) or `violates-any` (at least one of these)",
         )),
-        (VerdictToml::Violated, Some(names)) => {
+        (VerdictToml::Violated, [_, (k, _), ..]) => Err(source.error(
+            &key_at(k),
+            Part::Key,
+            "give one of `violates`, `violates-all` and `violates-any`",
+        )),
+        (VerdictToml::Violated, [(k, names)]) => {
+            let violates_at = key_at(k);
             if names.is_empty() {
                 return Err(source.error(&violates_at, Part::Value, "names no property"));
             }
@@ -617,7 +657,10 @@ fn expectation(
                     return Err(source.error(
                         &item,
                         Part::Value,
-                        format!("unknown property `{name}` (known: {})", PROPERTIES.join(", ")),
+                        format!(
+                            "unknown property `{name}` (known: {})",
+                            PROPERTIES.join(", ")
+                        ),
                     ));
                 }
             }
@@ -626,7 +669,11 @@ fn expectation(
                 .filter(|p| names.iter().any(|n| n == *p))
                 .map(|p| p.to_string())
                 .collect();
-            Ok(Expectation::Violated(ordered))
+            Ok(match *k {
+                "violates-all" => Expectation::ViolatedAll(ordered),
+                "violates-any" => Expectation::ViolatedAny(ordered),
+                _ => Expectation::Violated(ordered),
+            })
         }
     }
 }
@@ -638,11 +685,29 @@ fn expectations(
 ) -> Result<Expect, InputError> {
     let root = [key("expect")];
     let parsed: ExpectToml = deserialize(source, &root, value)?;
-    let default = expectation(source, &root, parsed.verdict, parsed.violates)?;
+    let default = expectation(
+        source,
+        &root,
+        parsed.verdict,
+        Violates {
+            exactly: parsed.violates,
+            all: parsed.violates_all,
+            any: parsed.violates_any,
+        },
+    )?;
     let mut when = Vec::new();
     for (i, w) in parsed.when.into_iter().enumerate() {
         let at = vec![key("expect"), key("when"), Seg::Index(i)];
-        let expectation = expectation(source, &at, w.verdict, w.violates)?;
+        let expectation = expectation(
+            source,
+            &at,
+            w.verdict,
+            Violates {
+                exactly: w.violates,
+                all: w.violates_all,
+                any: w.violates_any,
+            },
+        )?;
         let mut match_at = at.clone();
         match_at.push(key("match"));
         let selectors = when_selectors(source, matrix, &match_at, w.matches)?;
