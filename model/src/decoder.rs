@@ -112,6 +112,10 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
             rank::receive_notification(state, plan.source, r);
         }
     }
-    let failed = any_failed && config.consumer.failed_load == FailedLoad::Reported;
-    *state.decode_cell_mut(decoder, r) = DecodeCell::Done { failed };
+    *state.decode_cell_mut(decoder, r) = match (any_failed, config.consumer.failed_load) {
+        (true, FailedLoad::Unreported) => DecodeCell::Silent,
+        (true, FailedLoad::Reported) => DecodeCell::Done { failed: true },
+        // Logged only: the failure goes out as a plain success.
+        (true, FailedLoad::LoggedOnly) | (false, _) => DecodeCell::Done { failed: false },
+    };
 }

@@ -305,7 +305,7 @@ fn metadata(meta: Metadata) -> String {
 }
 
 fn incidents(incidents: Incidents) -> String {
-    const NAMES: [(u16, &str); 10] = [
+    const NAMES: [(u16, &str); 11] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
             "finished_sending for unknown request",
@@ -327,6 +327,10 @@ fn incidents(incidents: Incidents) -> String {
         ),
         (Incidents::STRICT_BEYOND_EXPECTED, "strict: report beyond E"),
         (Incidents::STRICT_UNANNOUNCED, "strict: unannounced report"),
+        (
+            Incidents::FREED_BY_LEASE_ALONE,
+            "P blocks freed by a lease alone, no fault",
+        ),
         (
             Incidents::LOAD_FOR_UNKNOWN,
             "P load emitted for unknown request",

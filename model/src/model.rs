@@ -138,6 +138,7 @@ impl ContractModel {
                     prefix_hit: false,
                     aborted: false,
                     emitted: 0,
+                    rescue: 0,
                 };
                 n
             ],
@@ -347,7 +348,73 @@ impl ContractModel {
             }
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
         }
-        (next != *state).then_some((next, observation))
+        if next == *state {
+            return None;
+        }
+        if c.producer.lease {
+            self.note_rescue(state, &mut next, &action);
+        }
+        Some((next, observation))
+    }
+
+    /// Whether `action` is an injected fault: everything a spec's `[faults]` table
+    /// injects, and the client's abort.
+    pub fn is_fault_action(&self, action: &Action) -> bool {
+        match *action {
+            Action::ClientAborts { .. }
+            | Action::DecoderCrashes { .. }
+            | Action::ReadFails { .. } => true,
+            Action::ReadCompletes {
+                notification_lost, ..
+            } => notification_lost,
+            Action::HandshakeCompletes { ok, .. } => !ok,
+            // A newly announced count is a behaviour the spec enables (`announced-count`),
+            // not an injected fault.
+            Action::PrefillEngineSteps { output_lost, .. } => output_lost,
+            Action::DecodeEngineSteps { output_lost } => output_lost,
+            Action::PrefillFinishes { .. }
+            | Action::PrefillWorkerLoads { .. }
+            | Action::LeaseExpires { .. }
+            | Action::DecodeAdmits { .. } => false,
+        }
+    }
+
+    /// Remembers, until P frees a request, whether a fault touched it and whether a
+    /// lease expired on it: a lease is the designed rescue from faults, and a free by a
+    /// lease alone hides a happy path that never completes ([`Incidents::FREED_BY_LEASE_ALONE`]).
+    fn note_rescue(&self, before: &State, next: &mut State, action: &Action) {
+        let expiry_of = |rank, r| lease::expiry_is_a_fault(&self.config, before, rank, r);
+        let faulted: Vec<RequestId> = match *action {
+            Action::LeaseExpires { rank, request } => {
+                let bits = if expiry_of(rank, request) {
+                    Request::LEASE_EXPIRED | Request::FAULTED
+                } else {
+                    Request::LEASE_EXPIRED
+                };
+                mark(next, request, bits);
+                return;
+            }
+            // A lost engine output may have carried any request's report.
+            Action::PrefillEngineSteps {
+                output_lost: true, ..
+            }
+            | Action::DecodeEngineSteps { output_lost: true } => {
+                (0..next.request_count() as RequestId).collect()
+            }
+            Action::ClientAborts { request }
+            | Action::DecoderCrashes { request }
+            | Action::ReadFails { request, .. }
+            | Action::ReadCompletes { request, .. }
+            | Action::HandshakeCompletes { request, .. }
+                if self.is_fault_action(action) =>
+            {
+                vec![request]
+            }
+            _ => Vec::new(),
+        };
+        for r in faulted {
+            mark(next, r, Request::FAULTED);
+        }
     }
 }
 
@@ -417,24 +484,7 @@ impl crate::checker::Checkable for ContractModel {
     }
 
     fn is_fault(&self, action: &Action) -> bool {
-        // Everything a spec's [faults] table injects, and the client's abort.
-        match *action {
-            Action::ClientAborts { .. }
-            | Action::DecoderCrashes { .. }
-            | Action::ReadFails { .. } => true,
-            Action::ReadCompletes {
-                notification_lost, ..
-            } => notification_lost,
-            Action::HandshakeCompletes { ok, .. } => !ok,
-            // A newly announced count is a behaviour the spec enables (`announced-count`),
-            // not an injected fault.
-            Action::PrefillEngineSteps { output_lost, .. } => output_lost,
-            Action::DecodeEngineSteps { output_lost } => output_lost,
-            Action::PrefillFinishes { .. }
-            | Action::PrefillWorkerLoads { .. }
-            | Action::LeaseExpires { .. }
-            | Action::DecodeAdmits { .. } => false,
-        }
+        self.is_fault_action(action)
     }
 
     fn is_expiry(&self, action: &Action) -> bool {
@@ -455,5 +505,16 @@ impl crate::checker::Checkable for ContractModel {
 
     fn clause_holds(&self, clause: usize, state: &State) -> bool {
         (CLAUSES[clause].holds)(&self.config, state)
+    }
+}
+
+/// Sets `bits` of request `r`'s rescue record, unless P already freed its blocks.
+fn mark(state: &mut State, r: RequestId, bits: u8) {
+    let request = &mut state.requests[usize::from(r)];
+    if !matches!(
+        request.prefill,
+        PrefillPhase::Released | PrefillPhase::Dropped | PrefillPhase::AbortFreed
+    ) {
+        request.rescue |= bits;
     }
 }

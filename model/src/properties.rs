@@ -32,13 +32,14 @@ pub struct Clause {
     pub holds: fn(&Config, &State) -> bool,
 }
 
-pub const PROPERTIES: [&str; 9] = [
+pub const PROPERTIES: [&str; 10] = [
     "no-free-under-rdma",
     "quorum-sound",
     "exactly-once",
     "report-provenance",
     "recv-after-stable",
     "count-conserved",
+    "lease-rescues-faults-only",
     "eventually-freed",
     "eventually-woken",
     "aggregator-drains",
@@ -186,6 +187,7 @@ incident_free!(no_reopened_countdown, Incidents::REOPENED);
 incident_free!(no_duplicate_report, Incidents::STRICT_DUPLICATE);
 incident_free!(no_report_after_emission, Incidents::STRICT_AFTER_EMISSION);
 incident_free!(no_report_beyond_expected, Incidents::STRICT_BEYOND_EXPECTED);
+incident_free!(no_free_by_lease_alone, Incidents::FREED_BY_LEASE_ALONE);
 
 /// Every clause, safety first, in a fixed order (counterexamples are reported in it).
 pub const CLAUSES: &[Clause] = &[
@@ -223,6 +225,11 @@ pub const CLAUSES: &[Clause] = &[
         meaning: "a countdown got more reports than it had room for: a stray report opened a fresh entry", holds: no_reopened_countdown },
     Clause { property: "count-conserved", clause: "report-beyond-expected", kind: Kind::Safety,
         meaning: "the Strict aggregator refused a report from one reporter more than E", holds: no_report_beyond_expected },
+    // A lease is the remedy for faults (a lost notification, a crashed or aborted
+    // decoder); a request that P frees only by its lease in a run where no fault touched
+    // it shows a happy path that never completes, which eventually-freed alone accepts.
+    Clause { property: "lease-rescues-faults-only", clause: "freed-only-by-lease-expiry", kind: Kind::Safety,
+        meaning: "P freed a request's blocks only because a lease expired, though no injected fault touched the request", holds: no_free_by_lease_alone },
     Clause { property: "eventually-freed", clause: "delay-freed-request-never-freed", kind: Kind::Liveness,
         meaning: "a delay-freed request's P blocks are never freed", holds: no_delay_freed_left },
     Clause { property: "eventually-woken", clause: "loader-never-woken", kind: Kind::Liveness,

@@ -53,12 +53,13 @@ clause_properties! {
     14 => "recv-after-stable: prefill-before-load-complete",
     15 => "count-conserved: countdown-reopened",
     16 => "count-conserved: report-beyond-expected",
-    17 => "eventually-freed: delay-freed-request-never-freed",
-    18 => "eventually-woken: loader-never-woken",
-    19 => "eventually-woken: aborted-loader-never-freed",
-    20 => "eventually-woken: prefill-load-never-completes",
-    21 => "aggregator-drains: countdown-left-open",
-    22 => "aggregator-drains: failure-left-pending",
+    17 => "lease-rescues-faults-only: freed-only-by-lease-expiry",
+    18 => "eventually-freed: delay-freed-request-never-freed",
+    19 => "eventually-woken: loader-never-woken",
+    20 => "eventually-woken: aborted-loader-never-freed",
+    21 => "eventually-woken: prefill-load-never-completes",
+    22 => "aggregator-drains: countdown-left-open",
+    23 => "aggregator-drains: failure-left-pending",
 }
 
 #[cfg(test)]
