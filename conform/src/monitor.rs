@@ -51,8 +51,10 @@ pub struct Finding {
     pub message: String,
 }
 
-/// The properties conform monitors, in the model's order.
-pub const PROPERTIES: [&str; 7] = [
+/// The properties conform monitors, in the model's order, then conform's own:
+/// `engine-survives` is about the recorded input itself (an output vLLM cannot take),
+/// which the model never produces.
+pub const PROPERTIES: [&str; 8] = [
     "quorum-sound",
     "exactly-once",
     "report-provenance",
@@ -60,6 +62,7 @@ pub const PROPERTIES: [&str; 7] = [
     "eventually-freed",
     "eventually-woken",
     "aggregator-drains",
+    "engine-survives",
 ];
 
 /// Where the scheduler has a request, from its events.
@@ -383,6 +386,29 @@ impl Monitor {
         self.current_dropped = outputs
             .get(usize::from(output_rank))
             .is_none_or(|(_, o)| o.is_none());
+        // Only the output rank's output may be missing (the step is then dropped); vLLM's
+        // aggregator reads every other worker's connector output and raises on a None,
+        // which ends the engine (vllm/distributed/kv_transfer/kv_connector/utils.py).
+        for (rank, (line, output)) in outputs.iter().enumerate() {
+            if output.is_none() && rank != usize::from(output_rank) {
+                let at = self.at(Loc {
+                    file: rank as u32,
+                    line: *line,
+                });
+                self.record(Finding {
+                    property: "engine-survives",
+                    clause: "none-output-at-non-output-rank",
+                    request: String::new(),
+                    direction: None,
+                    step: Some(step),
+                    ranks: vec![rank as Rank],
+                    at: vec![at],
+                    message: format!(
+                        "rank {rank} handed the aggregator no output at step {step}; only the output rank ({output_rank}) may miss one, and vLLM's aggregator raises on it, ending the engine"
+                    ),
+                });
+            }
+        }
         for (rank, (line, output)) in outputs.iter().enumerate() {
             let Some(output) = output else { continue };
             for direction in DIRECTIONS {
