@@ -1,6 +1,6 @@
 //! The deterministic aggregator core: vLLM's `KVOutputAggregator` semantics, sans-IO.
 //!
-//! Restated from contracts.md §4 (vLLM `kv_connector/utils.py`):
+//! Restated from docs/contracts.md §4 (vLLM `kv_connector/utils.py`):
 //! - `E` is fixed at construction (`connector.get_finished_count()`, or `world_size` when
 //!   that is None or 0) and shared by both directions;
 //! - each direction keeps request id → remaining count; a report subtracts one (a missing

@@ -1,4 +1,4 @@
-//! Contract monitors over one engine's recorded run (contracts.md §10), the observable
+//! Contract monitors over one engine's recorded run (docs/contracts.md §10), the observable
 //! counterparts of the model's clauses (`kvcc_model::properties`):
 //!
 //! - `exactly-once`: an id emitted twice in one direction, or emitted to a scheduler that

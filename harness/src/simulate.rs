@@ -173,7 +173,7 @@ fn headers(model: &ContractModel) -> (Header, Header) {
         AggregatorPolicy::Countdown => PolicyName::Countdown,
         AggregatorPolicy::Strict => PolicyName::Strict,
     };
-    // A MultiConnector's count is None when a child's is (contracts.md §8).
+    // A MultiConnector's count is None when a child's is (docs/contracts.md §8).
     let (connector, multi) = match c.connector {
         Connector::Nixl => ("NixlConnector", false),
         Connector::MultiOffload => ("MultiConnector", true),

@@ -1,6 +1,6 @@
 //! What one contract scenario fixes: topology, connector and scheduler behaviours, and
 //! which faults may happen. Spec files deserialize straight into [`Config`]; every field
-//! is named after the vLLM behaviour it selects (contracts.md §2–§9).
+//! is named after the vLLM behaviour it selects (docs/contracts.md §2–§9).
 
 use serde::{Deserialize, Serialize};
 

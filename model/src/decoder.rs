@@ -1,4 +1,4 @@
-//! D workers (NIXL's consumer side; contracts.md §7).
+//! D workers (NIXL's consumer side; docs/contracts.md §7).
 //!
 //! Per request, a D rank holds one read handle per P rank in its read plan. Each handle
 //! carries its notification to P when it completes. The D rank reports `finished_recving`

@@ -4,18 +4,18 @@
 //! `D agg finished_recving req0`, ...). Traces print only the facts a step changed, and
 //! the ITF trace format stores these maps as its states.
 
-use crate::model::{Action, ContractModel};
+use crate::action::Action;
 use crate::offload::StoresDone;
 use crate::state::{
     DecodeCell, HandlePhase, LoadPhase, Metadata, PrefillPhase, SendPhase, State, StorePhase,
 };
 use crate::state::{DecodePhase, Incidents};
+use crate::topology::Topology;
 use kvcc_aggregator::{Aggregator, Direction};
 use std::collections::BTreeMap;
 
 /// One line for an action, as a reviewer would say it.
-pub fn action(model: &ContractModel, action: &Action) -> String {
-    let t = &model.topology;
+pub fn action(t: &Topology, action: &Action) -> String {
     match *action {
         Action::PrefillFinishes { request: r } => format!(
             "P scheduler: req{r} finishes prefill; request_finished() returns True (free delayed)"

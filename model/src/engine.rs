@@ -1,4 +1,4 @@
-//! One engine step (contracts.md §3): the scheduler's metadata reaches every worker, each
+//! One engine step (docs/contracts.md §3): the scheduler's metadata reaches every worker, each
 //! worker returns its completion sets, the executor hands all of them to the aggregator
 //! in rank order, and the scheduler acts on what the aggregator emits.
 

@@ -1,4 +1,4 @@
-//! P-side leases (`kv_lease_duration`, contracts.md §6).
+//! P-side leases (`kv_lease_duration`, docs/contracts.md §6).
 //!
 //! A lease is armed when the send metadata reaches a transfer rank and is extended by D's
 //! heartbeats while D still holds the request waiting. The model has no clock: a lease

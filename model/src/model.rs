@@ -1,5 +1,5 @@
 //! The completion-contract model: P and D engines, their workers, one real aggregator
-//! each, D's reads and notifications, leases, aborts and faults (contracts.md; vLLM PRs
+//! each, D's reads and notifications, leases, aborts and faults (docs/contracts.md; vLLM PRs
 //! #52779, #53903, #53781, #59325, #56104, #56640).
 //!
 //! `actions` pushes every guarded action in a fixed order; `next_state` clones the state
@@ -8,8 +8,9 @@
 //! action that would change nothing is not a transition (stuttering is invisible to every
 //! property), which keeps the state graph acyclic.
 
+pub use crate::action::Action;
 use crate::config::{Config, PrefixHit};
-use crate::offload::{self, StoresDone};
+use crate::offload;
 use crate::properties::{Kind, CLAUSES};
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
@@ -17,63 +18,8 @@ use crate::state::{
 };
 use crate::topology::Topology;
 use crate::{decoder, engine, lease, scheduler};
-use kvcc_aggregator::{Aggregator, Policy, Rank, WorkerOutput};
+use kvcc_aggregator::{Aggregator, Policy, WorkerOutput};
 use std::sync::Arc;
-
-/// Everything that can happen, named as in vLLM. Serialized into ITF traces so that
-/// `kvcc replay` can re-execute them.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(
-    tag = "action",
-    rename_all = "kebab-case",
-    rename_all_fields = "kebab-case"
-)]
-pub enum Action {
-    /// P finishes prefilling: `request_finished` returns True and the free is delayed.
-    PrefillFinishes { request: RequestId },
-    /// A P worker finishes loading its own copy of a request's KV.
-    PrefillWorkerLoads { rank: Rank, request: RequestId },
-    /// A P engine step: metadata reaches the workers, their outputs are aggregated, the
-    /// scheduler frees what is emitted. Faults: the output rank's output is lost;
-    /// the output rank announces a new `expected_finished_count`. Under MultiConnector,
-    /// the offloading stores the workers' poll finds completed (see [`crate::offload`]).
-    PrefillEngineSteps {
-        output_lost: bool,
-        announces_count: bool,
-        #[serde(default, skip_serializing_if = "StoresDone::is_empty")]
-        stores_done: StoresDone,
-    },
-    /// A P rank's lease on a request expires: it reports the request as sent.
-    LeaseExpires { rank: Rank, request: RequestId },
-    /// D admits a request and waits for remote KV (or hits its whole prefix locally).
-    DecodeAdmits {
-        request: RequestId,
-        prefix_hit: bool,
-    },
-    /// D crashes before reading a request.
-    DecoderCrashes { request: RequestId },
-    /// A D rank's handshake with P finishes.
-    HandshakeCompletes {
-        decoder: Rank,
-        request: RequestId,
-        ok: bool,
-    },
-    /// A read handle completes and notifies its P rank (unless the notification is lost).
-    ReadCompletes {
-        handle: u16,
-        request: RequestId,
-        notification_lost: bool,
-    },
-    /// A read handle fails mid-transfer.
-    ReadFails { handle: u16, request: RequestId },
-    /// A D engine step: metadata reaches the workers, their outputs are aggregated, the
-    /// scheduler wakes what is emitted. Fault: the output rank's output is lost.
-    DecodeEngineSteps { output_lost: bool },
-    /// The client aborts a request (both schedulers hear of it).
-    ClientAborts { request: RequestId },
-}
 
 /// What the workers of an engine step handed the aggregator, in rank order. A step that
 /// lost the output rank's output lacks rank 0.
@@ -415,41 +361,6 @@ impl ContractModel {
         for r in faulted {
             mark(next, r, Request::FAULTED);
         }
-    }
-}
-
-impl stateright::Model for ContractModel {
-    type State = State;
-    type Action = Action;
-
-    fn init_states(&self) -> Vec<State> {
-        vec![self.initial_state()]
-    }
-
-    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        // A state that breaks a safety clause is where the story ends: exploring past a
-        // double free or a crash tells a reviewer nothing more.
-        if CLAUSES
-            .iter()
-            .any(|c| c.kind == Kind::Safety && !(c.holds)(&self.config, state))
-        {
-            return;
-        }
-        // stateright's explorer and the cross-checks run small specs; a state past the
-        // cap shows its other actions only (kvcc's checker reports the cap instead).
-        let _ = self.enabled_actions(state, actions, crate::checker::SUCCESSORS_MAX);
-    }
-
-    fn next_state(&self, state: &State, action: Action) -> Option<State> {
-        self.apply(state, action)
-    }
-
-    fn format_action(&self, action: &Action) -> String {
-        crate::describe::action(self, action)
-    }
-
-    fn properties(&self) -> Vec<stateright::Property<Self>> {
-        crate::stateright_properties::all()
     }
 }
 

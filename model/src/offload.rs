@@ -1,4 +1,4 @@
-//! The offloading child's CPU stores under MultiConnector(NIXL, offloading) (contracts.md
+//! The offloading child's CPU stores under MultiConnector(NIXL, offloading) (docs/contracts.md
 //! §8; vLLM's offloading connector completes stores per job through worker metadata).
 //!
 //! Each P worker stores each delay-freed request on its own; the MultiConnector forwards

@@ -1,4 +1,4 @@
-//! The completion contract (contracts.md §10), one named clause per way it can break.
+//! The completion contract (docs/contracts.md §10), one named clause per way it can break.
 //!
 //! Safety clauses must hold in every reachable state. Liveness clauses are checked where
 //! a run ends: the checker proves every explored graph acyclic (each transition grows

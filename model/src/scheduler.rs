@@ -1,4 +1,4 @@
-//! The schedulers of P and D (v1/core/sched/scheduler.py; contracts.md §5).
+//! The schedulers of P and D (v1/core/sched/scheduler.py; docs/contracts.md §5).
 //!
 //! P: a finished request's free is delayed (`request_finished` returned True) until the id
 //! comes back in aggregated `finished_sending`; a second or unknown id would crash the

@@ -1,5 +1,7 @@
-//! The contract clauses as stateright properties, for the web explorer and for
-//! cross-checking kvcc's checker against stateright's own.
+//! [`ContractModel`] as a stateright `Model` — the interface kvcc's checker, stateright's
+//! own checkers and its web explorer all drive — with the contract clauses as its
+//! properties, for the explorer and for cross-checking kvcc's checker against
+//! stateright's.
 //!
 //! stateright wants `fn` pointers and `'static` names, so each clause gets a small
 //! generated wrapper. A liveness clause becomes "always: where a run may end (no action
@@ -7,6 +9,7 @@
 //! graph. stateright's own
 //! `eventually` is not used: it is checked only at dead ends and can be satisfied early.
 
+use crate::action::Action;
 use crate::checker::forced_step;
 use crate::model::ContractModel;
 use crate::properties::{Kind, CLAUSES};
@@ -18,6 +21,41 @@ fn holds(index: usize, model: &ContractModel, state: &State) -> bool {
     (clause.holds)(&model.config, state)
         || (clause.kind == Kind::Liveness
             && (forced_step(model, state) || !crate::properties::safe(&model.config, state)))
+}
+
+impl stateright::Model for ContractModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial_state()]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        // A state that breaks a safety clause is where the story ends: exploring past a
+        // double free or a crash tells a reviewer nothing more.
+        if CLAUSES
+            .iter()
+            .any(|c| c.kind == Kind::Safety && !(c.holds)(&self.config, state))
+        {
+            return;
+        }
+        // stateright's explorer and the cross-checks run small specs; a state past the
+        // cap shows its other actions only (kvcc's checker reports the cap instead).
+        let _ = self.enabled_actions(state, actions, crate::checker::SUCCESSORS_MAX);
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        self.apply(state, action)
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        crate::describe::action(self.topology, action)
+    }
+
+    fn properties(&self) -> Vec<stateright::Property<Self>> {
+        all()
+    }
 }
 
 macro_rules! clause_properties {

@@ -1,4 +1,4 @@
-//! Who reads whom: the facts a [`Config`] implies (contracts.md §2, §6, §7).
+//! Who reads whom: the facts a [`Config`] implies (docs/contracts.md §2, §6, §7).
 //!
 //! P ranks are numbered `pcp_rank * (tp * pp) + pp_rank * tp + tp_rank`. A P rank is a
 //! *transfer rank* when it serves reads: PCP rank 0 under the replicated layout, every
@@ -145,7 +145,7 @@ impl Topology {
             }
         };
         // MultiConnector: the offloading child's count is None, so the whole count is None
-        // and the aggregator falls back to world_size (contracts.md §8).
+        // and the aggregator falls back to world_size (docs/contracts.md §8).
         let multi = config.connector == Connector::MultiOffload;
         let prefill_expected = if multi {
             u32::from(prefill_world)

@@ -12,6 +12,7 @@ mod conform_throughput;
 mod explore;
 mod fuzz;
 mod hostile;
+mod layout;
 mod order;
 mod reduction;
 mod schema;

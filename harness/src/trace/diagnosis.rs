@@ -132,7 +132,7 @@ fn why_stuck(
     let possible: Vec<String> = actions
         .iter()
         .filter(|a| model.next_state(state, **a).is_some())
-        .map(|a| describe::action(model, a))
+        .map(|a| describe::action(model.topology, a))
         .collect();
     let after = if last_step == 0 {
         "from the start".to_string()

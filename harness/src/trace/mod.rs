@@ -77,7 +77,7 @@ impl Trace {
         for (action, after) in &counterexample.steps {
             steps.push(Step {
                 action: *action,
-                description: describe::action(model, action),
+                description: describe::action(model.topology, action),
                 facts: describe::facts(after),
                 changes: describe::diff(before, after),
             });
