@@ -27,6 +27,8 @@ pub struct Settings {
     /// Write traces for every violation, not only for checks whose verdict differs from
     /// the spec's expectation.
     pub all_traces: bool,
+    /// Compare states in full, not by fingerprint alone (`--exact`).
+    pub exact: bool,
 }
 
 /// What the checker concluded.
@@ -64,6 +66,9 @@ pub struct Outcome {
     pub max_depth: u32,
     pub seconds: f64,
     pub states_per_second: f64,
+    /// The chance a fingerprint collision hid a state; None when states were compared
+    /// in full (`--exact`).
+    pub collision_probability: Option<f64>,
     /// Trace files written, `.txt` first for each violation.
     pub traces: Vec<PathBuf>,
 }
@@ -150,6 +155,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         symmetry: true,
         limits: limits(spec, settings),
         shortest: settings.shortest,
+        exact: settings.exact,
     };
     // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
     // exit 2 naming the check, after every worker has stopped.
@@ -201,6 +207,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         max_depth: report.max_depth,
         seconds: report.elapsed.as_secs_f64(),
         states_per_second: report.states_per_second(),
+        collision_probability: report.collision_probability(),
         traces: Vec::new(),
     };
     outcome.matches = matches(

@@ -26,6 +26,7 @@ fn ours(
             limits: Limits::default(),
             // These tests compare with stateright's BFS, which finds shortest paths.
             shortest: true,
+            exact: false,
         },
     )
 }
@@ -254,6 +255,7 @@ fn a_limit_makes_the_run_inconclusive_never_a_pass() {
                 symmetry: true,
                 limits,
                 shortest: false,
+                exact: false,
             },
         )
     };
@@ -452,6 +454,7 @@ fn fan_options(threads: usize, limits: Limits) -> Options {
         symmetry: false,
         limits,
         shortest: false,
+        exact: false,
     }
 }
 
@@ -554,4 +557,30 @@ fn issue16_a_panicking_worker_stops_the_search_and_the_panic_reaches_the_caller(
         .recv_timeout(Duration::from_secs(30))
         .expect("the search ends: a panicking worker must not hang the others");
     assert_eq!(message, "next_state panics on 20003");
+}
+
+/// Issue 14: `--exact` compares states in full and explores exactly what fingerprints
+/// alone do (the collision it would catch is pinned by `exact.rs`'s unit test: no two
+/// real states are known to share a 64-bit fingerprint).
+#[test]
+fn issue14_exact_gives_the_same_counts() {
+    for (pcp, tp) in [(2, 1), (4, 2)] {
+        let model = ContractModel::new(fix(pcp, tp));
+        let options = |exact| Options {
+            threads: 2,
+            exact,
+            ..Options::default()
+        };
+        let plain = check(&model, &options(false));
+        let exact = check(&model, &options(true));
+        assert_eq!(plain.unique_states, exact.unique_states);
+        assert_eq!(plain.transitions, exact.transitions);
+        assert!(
+            matches!(exact.verdict, Verdict::Holds),
+            "{:?}",
+            exact.verdict
+        );
+        assert_eq!(exact.collision_probability(), None);
+        assert!(plain.collision_probability().unwrap() > 0.0);
+    }
 }

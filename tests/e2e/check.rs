@@ -524,3 +524,39 @@ fn issue12_violates_all_and_violates_any_expectations() {
         "{stderr}"
     );
 }
+
+/// Issue 14: every holds verdict says what its fingerprints could hide, and `--exact`
+/// (states compared in full) explores the same states on every shipped spec.
+#[test]
+fn issue14_holds_shows_the_collision_estimate_and_exact_agrees() {
+    let lines = |args: &[&str]| -> Vec<serde_json::Value> {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let plain = lines(&["check", "--format", "json"]);
+    let exact = lines(&["check", "--format", "json", "--exact"]);
+    assert_eq!(plain.len(), exact.len());
+    for (p, e) in plain.iter().zip(&exact) {
+        assert_eq!(p["unique_states"], e["unique_states"], "{}", p["spec"]);
+        assert_eq!(p["verdict"], e["verdict"], "{}", p["spec"]);
+        assert_eq!(p["fingerprint_bits"], 64);
+        let chance = p["collision_probability"].as_f64().unwrap();
+        assert!(chance > 0.0 && chance < 1e-9, "{chance}");
+        assert!(e["collision_probability"].is_null());
+        assert!(e["fingerprint_bits"].is_null());
+    }
+    let (_, table, _) = run(&["check"]);
+    assert!(
+        table.contains("holds verdicts rest on 64-bit state fingerprints: the chance a collision hid a state is at most"),
+        "{table}"
+    );
+    let (_, table, _) = run(&["check", "--exact"]);
+    assert!(
+        table.contains("compared every state in full (--exact)"),
+        "{table}"
+    );
+}

@@ -65,6 +65,11 @@ pub struct Args {
     /// (by default only checks whose verdict differs from the expectation get traces).
     #[arg(long, requires = "trace_dir")]
     pub all_traces: bool,
+    /// Keep every state in full and compare states on every fingerprint match, so that no
+    /// collision of the 64-bit fingerprints can hide a state (more memory; a collision
+    /// found makes the check inconclusive).
+    #[arg(long)]
+    pub exact: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -180,6 +185,9 @@ fn settings(args: &Args) -> Settings {
     if args.all_traces {
         limit_args.push("--all-traces".to_string());
     }
+    if args.exact {
+        limit_args.push("--exact".to_string());
+    }
     Settings {
         threads,
         limits: Limits {
@@ -193,6 +201,7 @@ fn settings(args: &Args) -> Settings {
         limit_args,
         shortest: args.shortest,
         all_traces: args.all_traces,
+        exact: args.exact,
     }
 }
 
@@ -241,6 +250,9 @@ fn finish(args: &Args, outcomes: &[Outcome]) -> Exit {
     if args.format == Format::Human {
         out!("{}", table::render(outcomes));
         outln!("\n{}", report::summary(outcomes));
+        if let Some(line) = report::collision_note(outcomes) {
+            outln!("{line}");
+        }
         let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
         if let (Some(dir), true) = (&args.trace_dir, traces > 0) {
             outln!("counterexamples: {} trace files in {dir}", traces);

@@ -8,7 +8,8 @@
 //!                  "clause": "delay-freed-request-never-freed", "depth": 6}],
 //!  "expected": {"verdict": "violated", "violates": ["eventually-freed"]},
 //!  "matches": true, "unique_states": 13, "transitions": 19, "max_depth": 6,
-//!  "seconds": 0.002, "states_per_second": 6500.0, "traces": []}
+//!  "seconds": 0.002, "states_per_second": 6500.0,
+//!  "fingerprint_bits": 64, "collision_probability": 4.2e-18, "traces": []}
 //! ```
 //!
 //! - `verdict`: `holds`, `violated` or `inconclusive` (a limit cut the run:
@@ -16,6 +17,9 @@
 //! - `point`: the matrix point's Config field paths and values (`{}` without a matrix).
 //! - `expected.violates`: present (possibly empty) for `"violated"` only.
 //! - `depth`: steps of the violation's shortest counterexample.
+//! - `collision_probability`: the chance that two of the explored states shared a
+//!   `fingerprint_bits`-bit fingerprint, which could have hidden a state (and so a
+//!   violation); both null under `--exact`, which compares states in full.
 //! - `traces`: files written by `--trace-dir` (empty without it).
 //!
 //! Fields are only ever added within one `format_version`.
@@ -46,10 +50,13 @@ struct Line<'a> {
     max_depth: u32,
     seconds: f64,
     states_per_second: f64,
+    /// 64, or null when states were compared in full (`--exact`).
+    fingerprint_bits: Option<u32>,
+    /// The chance a fingerprint collision hid a state; null under `--exact`.
+    collision_probability: Option<f64>,
     traces: Vec<String>,
 }
 
-/// The JSON line of one check.
 /// An expectation as JSON, the way its spec wrote it (FORMATS.md; `kvcc-bench` too).
 pub fn expected(expectation: &Expectation) -> serde_json::Value {
     match expectation {
@@ -60,6 +67,7 @@ pub fn expected(expectation: &Expectation) -> serde_json::Value {
     }
 }
 
+/// The JSON line of one check.
 pub fn line(o: &Outcome) -> String {
     let (verdict, reason) = match &o.observed {
         Observed::Holds => ("holds", None),
@@ -87,6 +95,10 @@ pub fn line(o: &Outcome) -> String {
         max_depth: o.max_depth,
         seconds: o.seconds,
         states_per_second: o.states_per_second,
+        fingerprint_bits: o
+            .collision_probability
+            .map(|_| kvcc_model::checker::FINGERPRINT_BITS),
+        collision_probability: o.collision_probability,
         traces: o.traces.iter().map(|p| p.display().to_string()).collect(),
     };
     serde_json::to_string(&line).unwrap_or_default()

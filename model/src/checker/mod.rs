@@ -22,6 +22,7 @@
 //! - counterexamples are replayed from the initial state through `next_state` and the
 //!   clause is re-checked on the final state before they are returned ([`replay`]).
 
+mod exact;
 mod fingerprint;
 mod order;
 mod replay;
@@ -60,6 +61,7 @@ where
     model.pack(&state, out);
     fingerprint::fingerprint_bytes(&out[begin..])
 }
+pub use exact::{collision_probability, FINGERPRINT_BITS};
 pub use order::Cost;
 pub use replay::{replay_path, ReplayError};
 pub use search::check;
@@ -160,6 +162,9 @@ pub struct Options {
     /// Report each clause's first violation in BFS order (a shortest path), instead of
     /// its cheapest: fewest faults, then fewest expiries, then fewest steps ([`order`]).
     pub shortest: bool,
+    /// Keep every state's full bytes and compare them on every fingerprint match
+    /// ([`exact`]): a collision ends the check as inconclusive instead of passing unseen.
+    pub exact: bool,
 }
 
 impl Default for Options {
@@ -169,6 +174,7 @@ impl Default for Options {
             symmetry: true,
             limits: Limits::default(),
             shortest: false,
+            exact: false,
         }
     }
 }
@@ -192,6 +198,10 @@ pub enum Cutoff {
         count: u64,
         depth: u32,
     },
+    /// `--exact` found two states with one fingerprint at `depth`.
+    Collision {
+        depth: u32,
+    },
 }
 
 impl std::fmt::Display for Cutoff {
@@ -200,6 +210,10 @@ impl std::fmt::Display for Cutoff {
             Cutoff::States(n) => write!(f, "state limit {n} reached"),
             Cutoff::Depth(d) => write!(f, "depth limit {d} reached"),
             Cutoff::Time(t) => write!(f, "time limit reached after {:.1}s", t.as_secs_f64()),
+            Cutoff::Collision { depth } => write!(
+                f,
+                "two states at depth {depth} share a {FINGERPRINT_BITS}-bit fingerprint"
+            ),
             Cutoff::Memory(bytes) => write!(f, "memory limit {} MiB reached", bytes >> 20),
             Cutoff::Successors { count, depth } => write!(
                 f,
@@ -259,9 +273,17 @@ pub struct Report<M: stateright::Model> {
     /// Longest shortest path from the initial state.
     pub max_depth: u32,
     pub elapsed: Duration,
+    /// Whether states were compared in full ([`Options::exact`]).
+    pub exact: bool,
 }
 
 impl<M: stateright::Model> Report<M> {
+    /// The chance a fingerprint collision hid a state from this search; None for an
+    /// exact one, where none went unseen.
+    pub fn collision_probability(&self) -> Option<f64> {
+        (!self.exact).then(|| collision_probability(self.unique_states))
+    }
+
     pub fn states_per_second(&self) -> f64 {
         self.unique_states as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }

@@ -8,6 +8,7 @@
 //! threads or the fingerprint function. Arenas are recycled level to level, so after the
 //! widest level the search stops asking the kernel for fresh (zeroed) pages.
 
+use super::exact::Exact;
 use super::visited::{self, Visited};
 use super::{
     order, replay, Checkable, Choice, Cost, Counterexample, Cutoff, Kind, Options, Report, Verdict,
@@ -36,6 +37,7 @@ enum Stop {
     Memory,
     States,
     Successors,
+    Collision,
     Panicked,
 }
 
@@ -64,6 +66,7 @@ impl Stopper {
             2 => Stop::Memory,
             3 => Stop::States,
             4 => Stop::Successors,
+            5 => Stop::Collision,
             _ => Stop::Panicked,
         }
     }
@@ -76,6 +79,8 @@ struct Budget<'a> {
     limits: &'a super::Limits,
     start: Instant,
     stopper: &'a Stopper,
+    /// Full states by fingerprint, for `--exact`.
+    exact: Option<&'a Exact>,
 }
 
 /// Successors generated between two budget checks inside one state.
@@ -255,10 +260,17 @@ where
     // stops the search at that many, not at the end of the level that passes it.
     let found_total = AtomicU64::new(frontier.fps.len() as u64);
     let panic: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+    let exact = options.exact.then(Exact::new);
+    if let Some(exact) = &exact {
+        for i in 0..frontier.fps.len() {
+            exact.same_or_new(frontier.fps[i], frontier.state(i));
+        }
+    }
     let budget = Budget {
         limits,
         start,
         stopper: &stopper,
+        exact: exact.as_ref(),
     };
 
     while !frontier.fps.is_empty() {
@@ -355,6 +367,7 @@ where
                     .expect("a worker saw the overflow");
                 Some(Cutoff::Successors { count, depth })
             }
+            Stop::Collision => Some(Cutoff::Collision { depth }),
             Stop::Panicked => unreachable!("a panic is raised again above"),
         };
         if let Some(stopped) = stopped {
@@ -423,6 +436,7 @@ where
         transitions,
         max_depth: depth,
         elapsed: start.elapsed(),
+        exact: options.exact,
     }
 }
 
@@ -580,7 +594,9 @@ fn expand_state<M>(
         }
         let begin = arena.len();
         let fp = super::pack_canonical(model, next, symmetry, arena);
-        if worker.recent.seen(fp) {
+        // An exact search compares every match in full, so it skips the cache of
+        // fingerprints alone.
+        if budget.exact.is_none() && worker.recent.seen(fp) {
             arena.truncate(begin);
         } else {
             candidates.push((fp, position, begin..arena.len()));
@@ -590,6 +606,11 @@ fn expand_state<M>(
     let mut end = first;
     for (fp, position, bytes) in candidates.drain(..) {
         let discovery = visited::discovery(base + index as u64, position);
+        if let Some(exact) = budget.exact {
+            if !exact.same_or_new(fp, &arena[bytes.clone()]) {
+                budget.stopper.stop(Stop::Collision);
+            }
+        }
         if visited.visit(fp, discovery) {
             let len = bytes.len();
             arena.copy_within(bytes, end);
