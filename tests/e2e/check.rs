@@ -560,3 +560,26 @@ fn issue14_holds_shows_the_collision_estimate_and_exact_agrees() {
         "{table}"
     );
 }
+
+/// Issue 13: `--quiet` prints only the summary on an all-expected run, and the
+/// mismatches when there are some.
+#[test]
+fn issue13_quiet_prints_only_mismatches_and_the_summary() {
+    let (code, stdout, _) = run(&["check", "--quiet"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.ends_with("as expected, 0 mismatched\n"), "{stdout}");
+    let (code, stdout, _) = run(&[
+        "check",
+        "-q",
+        &fixture("mismatch.toml"),
+        &fixture("seed-59325.toml"),
+    ]);
+    assert_eq!(code, 1);
+    assert!(stdout.contains("mismatch "), "{stdout}");
+    assert!(!stdout.contains("seed-59325 "), "{stdout}");
+    assert!(
+        stdout.ends_with("2 checks: 1 as expected, 1 mismatched\n"),
+        "{stdout}"
+    );
+}

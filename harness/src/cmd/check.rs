@@ -70,6 +70,10 @@ pub struct Args {
     /// found makes the check inconclusive).
     #[arg(long)]
     pub exact: bool,
+    /// Human output: print only the checks whose verdict differs from the expectation,
+    /// and the summary line.
+    #[arg(long, short)]
+    pub quiet: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -248,10 +252,19 @@ fn title(spec: &Spec, case: &Case) -> String {
 /// Reports (table, JUnit, GitHub) and the exit code.
 fn finish(args: &Args, outcomes: &[Outcome]) -> Exit {
     if args.format == Format::Human {
-        out!("{}", table::render(outcomes));
-        outln!("\n{}", report::summary(outcomes));
-        if let Some(line) = report::collision_note(outcomes) {
-            outln!("{line}");
+        if args.quiet {
+            let mismatched: Vec<Outcome> =
+                outcomes.iter().filter(|o| !o.matches).cloned().collect();
+            if !mismatched.is_empty() {
+                outln!("{}", table::render(&mismatched));
+            }
+            outln!("{}", report::summary(outcomes));
+        } else {
+            out!("{}", table::render(outcomes));
+            outln!("\n{}", report::summary(outcomes));
+            if let Some(line) = report::collision_note(outcomes) {
+                outln!("{line}");
+            }
         }
         let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
         if let (Some(dir), true) = (&args.trace_dir, traces > 0) {
