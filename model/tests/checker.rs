@@ -31,11 +31,12 @@ fn ours(
     )
 }
 
+/// The violated clauses, named as the stateright adapter names them.
 fn violated_clauses(report: &kvcc_model::checker::Report<ContractModel>) -> BTreeSet<String> {
     report
         .counterexamples
         .iter()
-        .map(|c| c.name.clone())
+        .map(|c| kvcc_model::stateright_properties::name(c.clause).to_string())
         .collect()
 }
 
@@ -583,4 +584,33 @@ fn issue14_exact_gives_the_same_counts() {
         assert_eq!(exact.collision_probability(), None);
         assert!(plain.collision_probability().unwrap() > 0.0);
     }
+}
+
+/// Issue 11: the explorer offers only steps that go somewhere — the model enables
+/// actions that change nothing (the twin), the stateright adapter filters them.
+#[test]
+fn issue11_the_explorer_offers_only_actions_that_change_the_state() {
+    let model = ContractModel::new(fix(2, 1));
+    let mut frontier = vec![model.initial_state()];
+    let mut seen = BTreeSet::new();
+    let mut unchanged_enabled = 0;
+    while let Some(state) = frontier.pop() {
+        if !seen.insert(state.clone()) {
+            continue;
+        }
+        let mut offered = Vec::new();
+        model.actions(&state, &mut offered);
+        let mut enabled = Vec::new();
+        model
+            .enabled_actions(&state, &mut enabled, u64::MAX)
+            .unwrap();
+        let safe = kvcc_model::properties::safe(&model.config, &state);
+        for action in &enabled {
+            let changes = model.apply(&state, *action).is_some();
+            unchanged_enabled += usize::from(!changes);
+            assert_eq!(offered.contains(action), changes && safe, "{action:?}");
+        }
+        frontier.extend(offered.iter().filter_map(|&a| model.apply(&state, a)));
+    }
+    assert!(unchanged_enabled > 0, "the model does enable no-op actions");
 }
