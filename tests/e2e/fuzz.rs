@@ -126,13 +126,10 @@ fn mutated(corpus: &'static [Vec<u8>]) -> impl Strategy<Value = Vec<u8>> {
 fn shipped_specs() -> &'static [Vec<u8>] {
     static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     CORPUS.get_or_init(|| {
-        let mut files: Vec<_> = std::fs::read_dir(root().join("specs"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-            .collect();
-        files.sort();
-        files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+        crate::common::shipped_specs()
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .collect()
     })
 }
 

@@ -4,7 +4,6 @@
 //! model interface only) with every state's cheapest cost found by Bellman-Ford
 //! relaxation, the minimum taken over the states where each clause breaks.
 
-use crate::common::root;
 use kvcc::spec::Spec;
 use kvcc_model::checker::{self, Checkable, Cost, Kind, Options};
 use kvcc_model::{ContractModel, State};
@@ -95,14 +94,8 @@ fn cheapest_by_relaxation(model: &ContractModel) -> Option<Vec<Option<Cost>>> {
 /// (spec file, point, clause, reported cost, cheapest cost) for every violation of every
 /// small shipped spec point, checked with `shortest` or not.
 fn compared(shortest: bool) -> Vec<(String, String, String, Cost, Cost)> {
-    let mut files: Vec<_> = std::fs::read_dir(root().join("specs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
     let mut rows = Vec::new();
-    for file in files {
+    for file in crate::common::shipped_specs() {
         let spec = Spec::load(file.to_str().unwrap()).unwrap();
         for case in spec.cases(&[]).unwrap() {
             let model = ContractModel::new(case.config.clone());

@@ -123,6 +123,22 @@ where
     fn clause_holds(&self, clause: usize, state: &Self::State) -> bool;
 }
 
+/// The clauses of `kind` that `state` breaks, in clause order (the BFS and the cheapest-
+/// counterexample search judge states alike through it).
+pub(crate) fn broken_clauses<'a, M>(
+    model: &'a M,
+    state: &'a M::State,
+    kind: Kind,
+) -> impl Iterator<Item = usize> + 'a
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    (0..model.clause_count())
+        .filter(move |&c| model.clause_kind(c) == kind && !model.clause_holds(c, state))
+}
+
 /// Does fairness force a step out of `state`? True when some enabled, non-optional action
 /// changes the state.
 pub fn forced_step<M>(model: &M, state: &M::State) -> bool

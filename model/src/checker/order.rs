@@ -190,10 +190,7 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let mut kept = true;
-    for clause in 0..model.clause_count() {
-        if model.clause_kind(clause) != kind || model.clause_holds(clause, state) {
-            continue;
-        }
+    for clause in super::broken_clauses(model, state, kind) {
         kept = false;
         if let Some(i) = clauses.iter().position(|&c| c == clause) {
             found[i].get_or_insert(node);

@@ -650,15 +650,14 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let mut kept = true;
-    for (clause, seen) in scratch.seen_clause.iter_mut().enumerate() {
-        if model.clause_kind(clause) == kind && !model.clause_holds(clause, state) {
-            kept = false;
-            // Each thread takes chunks in frontier order, so its first sighting is its
-            // smallest index; the smallest over threads is the level's first.
-            if !*seen {
-                *seen = true;
-                worker.violations.push((clause, index));
-            }
+    for clause in super::broken_clauses(model, state, kind) {
+        kept = false;
+        // Each thread takes chunks in frontier order, so its first sighting is its
+        // smallest index; the smallest over threads is the level's first.
+        let seen = &mut scratch.seen_clause[clause];
+        if !*seen {
+            *seen = true;
+            worker.violations.push((clause, index));
         }
     }
     kept
