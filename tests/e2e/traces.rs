@@ -647,3 +647,42 @@ fn issue11_the_gallery_in_docs_traces_has_not_drifted() {
         );
     }
 }
+
+/// Issue 11: a liveness trace marks its point of no return — the first step after which
+/// no continuation keeps the clause — in the diagnosis and on the diagram.
+#[test]
+fn issue11_the_point_of_no_return_is_the_step_that_dooms_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for spec in ["specs/pr59325-regression.toml", "specs/decoder-crash.toml"] {
+        let (code, _, stderr) = run(&[
+            "check",
+            spec,
+            "--trace-dir",
+            dir.path().to_str().unwrap(),
+            "--all-traces",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let trace = |stem: &str| read(&dir.path().join(format!("{stem}__{CLAUSE}.txt")));
+    // The seed bug is structural: once P delays the free, the clear dooms it.
+    let seed =
+        trace("pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=false");
+    assert!(
+        seed.contains("  point of no return: step 1 (P scheduler: req0 finishes prefill"),
+        "{seed}"
+    );
+    // A fault-driven leak is doomed by its fault.
+    let crash = trace("decoder-crash__producer.lease=false");
+    assert!(
+        crash.contains("  point of no return: step 3 ([FAULT] D crashes before reading req0)"),
+        "{crash}"
+    );
+    let md = read(
+        &dir.path()
+            .join(format!("decoder-crash__producer.lease=false__{CLAUSE}.md")),
+    );
+    assert!(
+        md.contains("    Note over Psched,Dsched: point of no return after step 3\n"),
+        "{md}"
+    );
+}

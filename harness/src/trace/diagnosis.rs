@@ -113,6 +113,15 @@ fn liveness(
             "open: the `{property}` obligation (no aggregator entry or held request names it)"
         ));
     }
+    if let Some(step) = counterexample.point_of_no_return {
+        lines.push(match step {
+            0 => "point of no return: the initial state — no run from it keeps the clause".to_string(),
+            n => format!(
+                "point of no return: step {n} ({}) — before it some continuation could still keep the clause, after it none can",
+                history.steps[n - 1].description
+            ),
+        });
+    }
     lines.push(why_stuck(model, counterexample, history.steps.len()));
     lines
 }

@@ -83,9 +83,19 @@ pub fn diagram(trace: &Trace) -> String {
     out += &lanes.participants("D", trace.decode_ranks);
     out += "    participant Dagg as D aggregator\n";
     out += "    participant Dsched as D scheduler\n";
+    if trace.point_of_no_return == Some(0) {
+        out += "    Note over Psched,Dsched: point of no return: the initial state\n";
+    }
     for (i, step) in trace.steps.iter().enumerate() {
         let line = lanes.line(trace, i + 1, step);
         let _ = writeln!(out, "    {line}");
+        if trace.point_of_no_return == Some(i + 1) {
+            let _ = writeln!(
+                out,
+                "    Note over Psched,Dsched: point of no return after step {}",
+                i + 1
+            );
+        }
     }
     let _ = writeln!(
         out,

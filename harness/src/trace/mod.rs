@@ -57,6 +57,8 @@ pub struct Trace {
     pub choice: Choice,
     /// What the violation is made of ([`diagnosis`]).
     pub diagnosis: Vec<String>,
+    /// The step after which no continuation keeps the clause (0: the initial state).
+    pub point_of_no_return: Option<usize>,
     pub prefill_ranks: u16,
     pub decode_ranks: u16,
     /// Per read handle: (D rank, P rank it reads).
@@ -107,6 +109,7 @@ impl Trace {
             initial,
             steps,
             diagnosis,
+            point_of_no_return: counterexample.point_of_no_return,
             cost: counterexample.cost,
             choice: counterexample.choice,
             prefill_ranks: t.prefill_world,

@@ -24,6 +24,7 @@
 
 mod exact;
 mod fingerprint;
+mod no_return;
 mod order;
 mod replay;
 mod search;
@@ -254,6 +255,10 @@ pub struct Counterexample<M: stateright::Model> {
     pub cost: Cost,
     /// How it was chosen.
     pub choice: Choice,
+    /// For a liveness clause: the index of the first state of the path (0 = initial)
+    /// after which no continuation keeps the clause ([`no_return`]); None for safety,
+    /// or when the graph is too large to say.
+    pub point_of_no_return: Option<usize>,
 }
 
 /// Which of a clause's counterexamples is reported.

@@ -11,7 +11,8 @@
 use super::exact::Exact;
 use super::visited::{self, Visited};
 use super::{
-    order, replay, Checkable, Choice, Cost, Counterexample, Cutoff, Kind, Options, Report, Verdict,
+    no_return, order, replay, Checkable, Choice, Cost, Counterexample, Cutoff, Kind, Options,
+    Report, Verdict,
 };
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -476,6 +477,9 @@ where
                 Some(Some(path)) => path.clone(),
                 _ => replay::path_to(visited, bfs_fps, first[clause].expect("violated")),
             };
+            let point_of_no_return = (model.clause_kind(clause) == Kind::Liveness)
+                .then(|| no_return::point_of_no_return(model, options.symmetry, clause, &path))
+                .flatten();
             let (initial, steps) =
                 replay::replay_fingerprints(model, &path, options.symmetry, clause).unwrap_or_else(
                     |e| {
@@ -491,6 +495,7 @@ where
                 kind: model.clause_kind(clause),
                 cost: Cost::of(model, steps.iter().map(|(action, _)| action)),
                 choice,
+                point_of_no_return,
                 initial,
                 steps,
             }
