@@ -686,3 +686,51 @@ fn issue11_the_point_of_no_return_is_the_step_that_dooms_the_run() {
         "{md}"
     );
 }
+
+/// Issue 11: step text is derived from the state and the spec — on every shipped spec
+/// point without leases, no step line of any trace mentions a lease; with leases, the
+/// armed lease is named (the twin that shows the words exist to be missed).
+#[test]
+fn issue11_no_step_mentions_a_lease_where_the_spec_has_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(&[
+        "check",
+        "--trace-dir",
+        dir.path().to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (mut without, mut with) = (0, 0);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let meta = itf(&path)["#meta"].clone();
+        let spec = kvcc::spec::Spec::load(
+            root()
+                .join(meta["source"].as_str().unwrap())
+                .to_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let point = kvcc::spec::point::Point::from_json(&meta["point"]).unwrap();
+        let lease = spec.config(&point).unwrap().producer.lease;
+        let txt = read(&path.with_extension("").with_extension("txt"));
+        let steps = &txt[txt.find("\n0. initial state").unwrap()..txt.find("\nVIOLATED").unwrap()];
+        if lease {
+            with += usize::from(steps.contains("lease armed"));
+        } else {
+            without += 1;
+            assert!(
+                !steps.to_lowercase().contains("lease"),
+                "{}",
+                path.display()
+            );
+        }
+    }
+    assert!(
+        without >= 20 && with >= 5,
+        "{without} traces without leases, {with} naming one"
+    );
+}
