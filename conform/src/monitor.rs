@@ -28,6 +28,14 @@ use kvcc_aggregator::{
     Aggregator, ConcurrentAggregator, Direction, FrontError, Policy, Rank, Step, StepOutcome,
     ViolationKind, WorkerOutput,
 };
+use kvcc_model::properties::{
+    ABORTED_LOADER_NEVER_FREED, COUNTDOWN_LEFT_OPEN, COUNTDOWN_REOPENED,
+    DELAY_FREED_REQUEST_NEVER_FREED, DUPLICATE_REPORT, EMITTED_FOR_UNKNOWN_REQUEST, EMITTED_TWICE,
+    FAILURE_LEFT_PENDING, LOADER_NEVER_WOKEN, LOAD_EMITTED_BEFORE_WORKERS_DONE,
+    PREFILL_LOAD_NEVER_COMPLETES, RECV_EMITTED_BEFORE_DECODERS_DONE, REPORT_AFTER_EMISSION,
+    REPORT_BEYOND_EXPECTED, SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE, SEND_WITHOUT_DELAYED_FREE,
+    UNANNOUNCED_REPORT,
+};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -438,7 +446,7 @@ impl Monitor {
                 });
                 self.record(Finding {
                     property: "report-provenance",
-                    clause: "send-without-delayed-free",
+                    clause: SEND_WITHOUT_DELAYED_FREE.clause,
                     request: name.clone(),
                     direction: Some(Direction::Sending),
                     step: Some(step),
@@ -473,10 +481,10 @@ impl Monitor {
             // Named as `strict` names its refusal of the same report.
             let (clause, when) = match flow.emitted {
                 Some(emitted) => (
-                    "report-after-emission",
+                    REPORT_AFTER_EMISSION.clause,
                     format!(", after it was emitted at step {emitted}"),
                 ),
-                None => ("duplicate-report", String::new()),
+                None => (DUPLICATE_REPORT.clause, String::new()),
             };
             let at = vec![
                 self.at(Loc {
@@ -509,11 +517,9 @@ impl Monitor {
         step: Step,
         outputs: &[(u64, Option<&WorkerOutput<IdNum>>)],
     ) -> Result<(), FrontError> {
-        // The output rank's announcement is counted first, so it applies to the step.
         let announced = outputs
             .iter()
-            .filter_map(|(_, o)| o.map(|o| o.expected_finished_count))
-            .find(|&count| count > 0);
+            .filter_map(|(_, o)| o.map(|o| o.expected_finished_count));
         // The step's reports grouped by (direction, id), in report order within a group:
         // sorted rather than gathered in a map of lists, one allocation instead of one
         // per id.
@@ -531,17 +537,17 @@ impl Monitor {
                 .iter()
                 .map(|&(d, id)| core.remaining(DIRECTIONS[d], &id))
                 .collect();
-            (announced.unwrap_or(core.expected()), remaining)
+            (
+                kvcc_aggregator::step_expected(announced, core.expected()),
+                remaining,
+            )
         })?;
         let mut groups = grouped.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1));
         for ((d, id), remaining) in keys.into_iter().zip(remaining) {
             let reports = groups.next().expect("one group per key");
             let t = &self.tracked[&id];
-            let room = match remaining {
-                Some(remaining) => remaining,
-                None if t.flows[d].emitted.is_some() => 0,
-                None => expected,
-            };
+            let room =
+                kvcc_aggregator::countdown_room(remaining, t.flows[d].emitted.is_some(), expected);
             if reports.len() as u32 <= room {
                 continue;
             }
@@ -568,7 +574,7 @@ impl Monitor {
             };
             self.record(Finding {
                 property: "count-conserved",
-                clause: "countdown-reopened",
+                clause: COUNTDOWN_REOPENED.clause,
                 request: name.clone(),
                 direction: Some(DIRECTIONS[d]),
                 step: Some(step),
@@ -665,12 +671,12 @@ impl Monitor {
             // model files the refusal under count-conserved, where it cannot happen.
             ViolationKind::DuplicateReport => (
                 "exactly-once",
-                "duplicate-report",
+                DUPLICATE_REPORT.clause,
                 format!("rank {rank} reported {name} in {direction} a second time at step {step}{first}; the strict aggregator refused it"),
             ),
             ViolationKind::ReportAfterEmission => (
                 "exactly-once",
-                "report-after-emission",
+                REPORT_AFTER_EMISSION.clause,
                 format!(
                     "rank {rank} reported {name} in {direction} again at step {step}{first}, after it was emitted at step {}; the strict aggregator refused it",
                     flow.emitted.map_or("?".into(), |s| s.to_string())
@@ -678,7 +684,7 @@ impl Monitor {
             ),
             ViolationKind::ReportBeyondExpected => (
                 "count-conserved",
-                "report-beyond-expected",
+                REPORT_BEYOND_EXPECTED.clause,
                 format!(
                     "rank {rank} reported {name} in {direction} at step {step}, after its quorum of E was complete (emitted at step {}): one reporter more than E",
                     flow.emitted.map_or("?".into(), |s| s.to_string())
@@ -690,7 +696,7 @@ impl Monitor {
                 }
                 (
                     "report-provenance",
-                    "unannounced-report",
+                    UNANNOUNCED_REPORT.clause,
                     format!(
                         "rank {rank} reported {name} in {direction} at step {step}, which the scheduler never announced or has forgotten (it is {})",
                         t.phase.text()
@@ -778,7 +784,7 @@ impl Monitor {
         if let Some(first) = previous {
             self.record(Finding {
                 property: "exactly-once",
-                clause: "emitted-twice",
+                clause: EMITTED_TWICE.clause,
                 request: name.clone(),
                 direction: Some(direction),
                 step: Some(step),
@@ -799,7 +805,7 @@ impl Monitor {
             };
             self.record(Finding {
                 property: "exactly-once",
-                clause: "emitted-for-unknown-request",
+                clause: EMITTED_FOR_UNKNOWN_REQUEST.clause,
                 request: name.clone(),
                 direction: Some(direction),
                 step: Some(step),
@@ -813,9 +819,9 @@ impl Monitor {
         }
         if !missing.is_empty() {
             let clause = match (engine, direction) {
-                (_, Direction::Sending) => "send-emitted-before-transfer-ranks-done",
-                (Engine::Prefill, Direction::Recving) => "load-emitted-before-workers-done",
-                (Engine::Decode, Direction::Recving) => "recv-emitted-before-decoders-done",
+                (_, Direction::Sending) => SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE.clause,
+                (Engine::Prefill, Direction::Recving) => LOAD_EMITTED_BEFORE_WORKERS_DONE.clause,
+                (Engine::Decode, Direction::Recving) => RECV_EMITTED_BEFORE_DECODERS_DONE.clause,
             };
             let owners = match direction {
                 Direction::Sending => "transfer ",
@@ -929,25 +935,25 @@ impl Monitor {
             let liveness = match (t.phase, self.setup.engine, t.aborted) {
                 (Phase::DelayFreed, _, _) => Some((
                     "eventually-freed",
-                    "delay-freed-request-never-freed",
+                    DELAY_FREED_REQUEST_NEVER_FREED.clause,
                     Direction::Sending,
                     format!("{name} has been delay-freed{since} and was never freed"),
                 )),
                 (Phase::Waiting, Engine::Prefill, _) => Some((
                     "eventually-woken",
-                    "prefill-load-never-completes",
+                    PREFILL_LOAD_NEVER_COMPLETES.clause,
                     Direction::Recving,
                     format!("{name} has waited for its own KV load{since}"),
                 )),
                 (Phase::Waiting, Engine::Decode, false) => Some((
                     "eventually-woken",
-                    "loader-never-woken",
+                    LOADER_NEVER_WOKEN.clause,
                     Direction::Recving,
                     format!("{name} has waited for remote KV{since} and was never woken"),
                 )),
                 (Phase::Waiting, Engine::Decode, true) => Some((
                     "eventually-woken",
-                    "aborted-loader-never-freed",
+                    ABORTED_LOADER_NEVER_FREED.clause,
                     Direction::Recving,
                     format!(
                         "{name} was aborted while waiting for remote KV{since} and was never freed"
@@ -966,7 +972,7 @@ impl Monitor {
                         t,
                         &all,
                         "aggregator-drains",
-                        "countdown-left-open",
+                        COUNTDOWN_LEFT_OPEN.clause,
                         direction,
                         &end,
                         &what,
@@ -981,7 +987,7 @@ impl Monitor {
                     t,
                     &all,
                     "aggregator-drains",
-                    "failure-left-pending",
+                    FAILURE_LEFT_PENDING.clause,
                     Direction::Recving,
                     &end,
                     &what,

@@ -221,3 +221,54 @@ fn issue14_no_module_imports_its_importer() {
     .collect();
     assert!(cycle(&twin).is_some());
 }
+
+/// The clause-name string literals in `source`'s own code (comments and test modules
+/// aside).
+fn clause_literals(source: &str) -> Vec<&'static str> {
+    let code: String = source
+        .split("#[cfg(test)]")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    kvcc_model::properties::CLAUSES
+        .iter()
+        .map(|c| c.clause)
+        .filter(|name| code.contains(&format!("\"{name}\"")))
+        .collect()
+}
+
+/// Issue 14: a clause's name is written once, in the registry
+/// (`model/src/properties.rs`); the model, conform and the CLI name clauses through its
+/// constants. (The aggregator, below the model, has its own words for what its strict
+/// policy refuses.)
+#[test]
+fn issue14_the_registry_is_the_only_source_of_clause_names() {
+    let mut sources = Vec::new();
+    for krate in ["model", "conform", "harness", "bench"] {
+        files(&root().join(krate).join("src"), &["rs"], &mut sources);
+    }
+    let mut scanned = 0;
+    for file in sources {
+        if file.ends_with("model/src/properties.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let found = clause_literals(&text);
+        assert!(
+            found.is_empty(),
+            "{} spells clause names {found:?}: use kvcc_model::properties",
+            file.display()
+        );
+        scanned += 1;
+    }
+    assert!(scanned > 40, "{scanned} files");
+    // The twin: a spelled-out clause name in code is found, one in a comment is not.
+    assert_eq!(
+        clause_literals("let c = \"emitted-twice\";"),
+        vec!["emitted-twice"]
+    );
+    assert!(clause_literals("// \"emitted-twice\"").is_empty());
+}
