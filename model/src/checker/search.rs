@@ -194,6 +194,20 @@ struct Worker {
 }
 
 impl Worker {
+    fn new(id: usize, threads: usize, recent: Recent) -> Worker {
+        Worker {
+            id,
+            threads,
+            arenas: Vec::new(),
+            found: Vec::new(),
+            violations: Vec::new(),
+            no_progress: None,
+            overflow: None,
+            transitions: 0,
+            recent,
+        }
+    }
+
     /// The id of the arena to pack the next state into (the last one), starting a new one
     /// where offsets would overflow 32 bits.
     fn arena(&mut self, spares: &Mutex<Vec<Vec<u8>>>) -> u32 {
@@ -216,7 +230,10 @@ impl Worker {
 }
 
 /// Explores `model` exhaustively within `options.limits` and returns a verdict with a
-/// replayed, shortest counterexample for every violated clause.
+/// replayed counterexample for every violated clause. The phases, each below: the
+/// initial level; per level, expand (threads insert successors into the visited set as
+/// they go), stop if a limit was hit, fold what the workers found, and order the next
+/// frontier; then pick and replay the counterexamples.
 pub fn check<M>(model: &M, options: &Options) -> Report<M>
 where
     M: Checkable,
@@ -226,19 +243,110 @@ where
     let start = Instant::now();
     let threads = options.threads.max(1);
     let visited = Visited::new();
-    // Every state's fingerprint by BFS index: discoveries name parents by index.
-    let mut bfs_fps: Vec<u64> = Vec::new();
-    let mut frontier = Level {
+    let mut frontier = initial_level(model, options.symmetry, &visited);
+    let stopper = Stopper::new();
+    let exact = options.exact.then(Exact::new);
+    if let Some(exact) = &exact {
+        for i in 0..frontier.fps.len() {
+            exact.same_or_new(frontier.fps[i], frontier.state(i));
+        }
+    }
+    let level = LevelWork {
+        model,
+        options,
+        visited: &visited,
+        spares: Mutex::new(Vec::new()),
+        budget: Budget {
+            limits: &options.limits,
+            start,
+            stopper: &stopper,
+            exact: exact.as_ref(),
+        },
+        // Unique states found so far, counted as they are found so that the state
+        // limit stops the search at that many, not at the end of the level past it.
+        found_total: AtomicU64::new(frontier.fps.len() as u64),
+        panic: Mutex::new(None),
+    };
+    let mut folded = Folded::new(model.clause_count());
+    let mut recents: Vec<Recent> = Vec::new();
+    let mut depth = 0u32;
+    while !frontier.fps.is_empty() {
+        if options.limits.max_depth.is_some_and(|max| depth > max) {
+            folded.cutoff = Some(Cutoff::Depth(depth - 1));
+            break;
+        }
+        let base = folded.bfs_fps.len() as u64;
+        folded.bfs_fps.extend_from_slice(&frontier.fps);
+        let mut workers = level.expand(&frontier, base, threads, &mut recents);
+        if let Some(stopped) = level.stopped(&workers, depth) {
+            folded.cutoff = Some(stopped);
+            // This level is already counted in `bfs_fps`; what it partly found is dropped.
+            frontier.fps.clear();
+            break;
+        }
+        folded.fold(&mut workers, base, depth, &mut recents);
+        let next = next_level(threads, &visited, &mut workers);
+        let old = std::mem::replace(&mut frontier, next);
+        level
+            .spares
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(old.arenas);
+        if !frontier.fps.is_empty() {
+            depth += 1;
+        }
+    }
+    let unique_states = match folded.cutoff {
+        // Exactly the limit: how many the cut level found past the completed ones
+        // depends on timing.
+        Some(Cutoff::States(max)) => max,
+        _ => (folded.bfs_fps.len() + frontier.fps.len()) as u64,
+    };
+    drop(frontier);
+    drop(level);
+    let counterexamples = pick_counterexamples(
+        model,
+        options,
+        &visited,
+        &folded.bfs_fps,
+        &folded.first,
+        &folded.cutoff,
+    );
+    let verdict = match (&counterexamples.is_empty(), &folded.cutoff) {
+        (false, _) => Verdict::Violated,
+        (true, Some(c)) => Verdict::Inconclusive(c.clone()),
+        (true, None) => Verdict::Holds,
+    };
+    Report {
+        verdict,
+        counterexamples,
+        cutoff: folded.cutoff,
+        unique_states,
+        transitions: folded.transitions,
+        max_depth: depth,
+        elapsed: start.elapsed(),
+        exact: options.exact,
+    }
+}
+
+/// The initial states, packed and visited: level 0.
+fn initial_level<M>(model: &M, symmetry: bool, visited: &Visited) -> Level
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let mut level = Level {
         arenas: vec![Vec::new()],
         ..Level::default()
     };
     for init in model.init_states() {
-        let arena = &mut frontier.arenas[0];
+        let arena = &mut level.arenas[0];
         let begin = arena.len();
-        let fp = super::pack_canonical(model, init, options.symmetry, arena);
+        let fp = super::pack_canonical(model, init, symmetry, arena);
         if visited.visit(fp, visited::ROOT) {
-            frontier.fps.push(fp);
-            frontier.locs.push(Loc {
+            level.fps.push(fp);
+            level.locs.push(Loc {
                 arena: 0,
                 start: begin as u32,
                 len: (arena.len() - begin) as u32,
@@ -247,149 +355,180 @@ where
             arena.truncate(begin);
         }
     }
-    let spares: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-    let mut recents: Vec<Recent> = Vec::new();
-    let clause_count = model.clause_count();
-    // BFS index of the first state that breaks each clause.
-    let mut first: Vec<Option<u64>> = vec![None; clause_count];
-    let mut transitions = 0u64;
-    let mut depth = 0u32;
-    let mut cutoff: Option<Cutoff> = None;
-    let limits = &options.limits;
-    let stopper = Stopper::new();
-    // Unique states found so far, counted as they are found so that the state limit
-    // stops the search at that many, not at the end of the level that passes it.
-    let found_total = AtomicU64::new(frontier.fps.len() as u64);
-    let panic: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
-    let exact = options.exact.then(Exact::new);
-    if let Some(exact) = &exact {
-        for i in 0..frontier.fps.len() {
-            exact.same_or_new(frontier.fps[i], frontier.state(i));
-        }
-    }
-    let budget = Budget {
-        limits,
-        start,
-        stopper: &stopper,
-        exact: exact.as_ref(),
-    };
+    level
+}
 
-    while !frontier.fps.is_empty() {
-        if options.limits.max_depth.is_some_and(|max| depth > max) {
-            cutoff = Some(Cutoff::Depth(depth - 1));
-            break;
-        }
-        let base = bfs_fps.len() as u64;
-        bfs_fps.extend_from_slice(&frontier.fps);
+/// What every worker of a level shares.
+struct LevelWork<'a, M> {
+    model: &'a M,
+    options: &'a Options,
+    visited: &'a Visited,
+    /// Arenas of the level before last, for reuse.
+    spares: Mutex<Vec<Vec<u8>>>,
+    budget: Budget<'a>,
+    found_total: AtomicU64,
+    /// The first panic of a worker, raised again on the caller's thread.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl<M> LevelWork<'_, M>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    /// Expands `frontier` (its first state has BFS index `base`) on up to `threads`
+    /// threads, each owning its worker: chunks are taken from a shared counter, and
+    /// successors go straight into the shared visited set.
+    fn expand(
+        &self,
+        frontier: &Level,
+        base: u64,
+        threads: usize,
+        recents: &mut Vec<Recent>,
+    ) -> Vec<Worker> {
         let chunks = frontier.fps.len().div_ceil(CHUNK);
-        let next_chunk = AtomicUsize::new(0);
-        let workers: Vec<Mutex<Worker>> = (0..threads)
-            .map(|id| {
-                Mutex::new(Worker {
-                    id,
-                    threads,
-                    arenas: Vec::new(),
-                    found: Vec::new(),
-                    violations: Vec::new(),
-                    no_progress: None,
-                    overflow: None,
-                    transitions: 0,
-                    recent: recents.pop().unwrap_or_else(Recent::new),
-                })
-            })
+        let count = threads.min(chunks).max(1);
+        let workers: Vec<Worker> = (0..count)
+            .map(|id| Worker::new(id, count, recents.pop().unwrap_or_else(Recent::new)))
             .collect();
-        let next_worker = AtomicUsize::new(0);
-        let expand = || {
-            let w = next_worker.fetch_add(1, Ordering::Relaxed);
-            let mut worker = workers[w].lock().unwrap_or_else(|e| e.into_inner());
-            let mut scratch = Scratch::new(clause_count);
-            let expanded = catch_unwind(AssertUnwindSafe(|| loop {
-                let c = next_chunk.fetch_add(1, Ordering::Relaxed);
-                if c >= chunks || budget.exhausted(&mut scratch.memory_read) {
-                    break;
-                }
-                let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len());
-                for index in range {
-                    let before = worker.found.len();
-                    expand_state(
-                        model,
-                        options.symmetry,
-                        &visited,
-                        &frontier,
-                        base,
-                        index,
-                        &spares,
-                        &mut worker,
-                        &mut scratch,
-                        &budget,
-                    );
-                    if stopper.reason() != Stop::Running {
-                        break;
-                    }
-                    let new = (worker.found.len() - before) as u64;
-                    let total = found_total.fetch_add(new, Ordering::Relaxed) + new;
-                    if limits.max_states.is_some_and(|max| total > max) {
-                        stopper.stop(Stop::States);
-                        break;
-                    }
-                    if worker.overflow.is_some() {
-                        stopper.stop(Stop::Successors);
-                        break;
-                    }
-                }
+        let next_chunk = AtomicUsize::new(0);
+        let run = |mut worker: Worker| {
+            let mut scratch = Scratch::new(self.model.clause_count());
+            let expanded = catch_unwind(AssertUnwindSafe(|| {
+                self.expand_chunks(frontier, base, &next_chunk, &mut worker, &mut scratch)
             }));
             // A worker that panics stops the others at their next chunk; the panic is
             // raised again on the caller's thread once all have stopped, never a hang.
             if let Err(payload) = expanded {
-                stopper.stop(Stop::Panicked);
-                panic
+                self.budget.stopper.stop(Stop::Panicked);
+                self.panic
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .get_or_insert(payload);
             }
+            worker
         };
-        run_parallel(threads.min(chunks), &expand);
-        if let Some(payload) = panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let workers = if count == 1 {
+            workers.into_iter().map(run).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = workers
+                    .into_iter()
+                    .map(|worker| scope.spawn(|| run(worker)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a worker's panic is caught inside it"))
+                    .collect()
+            })
+        };
+        if let Some(payload) = self.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
             resume_unwind(payload);
         }
-        let stopped = match stopper.reason() {
+        workers
+    }
+
+    /// One worker's loop: chunk after chunk until none is left or the search must stop.
+    fn expand_chunks(
+        &self,
+        frontier: &Level,
+        base: u64,
+        next_chunk: &AtomicUsize,
+        worker: &mut Worker,
+        scratch: &mut Scratch<M::Action>,
+    ) {
+        let chunks = frontier.fps.len().div_ceil(CHUNK);
+        let stopper = self.budget.stopper;
+        loop {
+            let c = next_chunk.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks || self.budget.exhausted(&mut scratch.memory_read) {
+                return;
+            }
+            for index in c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len()) {
+                let before = worker.found.len();
+                expand_state(
+                    self.model,
+                    self.options.symmetry,
+                    self.visited,
+                    frontier,
+                    base,
+                    index,
+                    &self.spares,
+                    worker,
+                    scratch,
+                    &self.budget,
+                );
+                if stopper.reason() != Stop::Running {
+                    return;
+                }
+                let new = (worker.found.len() - before) as u64;
+                let total = self.found_total.fetch_add(new, Ordering::Relaxed) + new;
+                if self.options.limits.max_states.is_some_and(|max| total > max) {
+                    stopper.stop(Stop::States);
+                    return;
+                }
+                if worker.overflow.is_some() {
+                    stopper.stop(Stop::Successors);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Why the workers stopped in the middle of the level at `depth`, if they did.
+    fn stopped(&self, workers: &[Worker], depth: u32) -> Option<Cutoff> {
+        let limits = &self.options.limits;
+        match self.budget.stopper.reason() {
             Stop::Running => None,
-            Stop::Time => Some(Cutoff::Time(start.elapsed())),
+            Stop::Time => Some(Cutoff::Time(self.budget.start.elapsed())),
             Stop::Memory => Some(Cutoff::Memory(limits.max_memory.unwrap_or_default())),
             Stop::States => Some(Cutoff::States(limits.max_states.unwrap_or_default())),
             Stop::Successors => {
                 let (count, _) = workers
                     .iter()
-                    .filter_map(|w| {
-                        let w = w.lock().unwrap_or_else(|e| e.into_inner());
-                        w.overflow.map(|(index, count)| (count, index))
-                    })
+                    .filter_map(|w| w.overflow.map(|(index, count)| (count, index)))
                     .min_by_key(|&(_, index)| index)
                     .expect("a worker saw the overflow");
                 Some(Cutoff::Successors { count, depth })
             }
             Stop::Collision => Some(Cutoff::Collision { depth }),
-            Stop::Panicked => unreachable!("a panic is raised again above"),
-        };
-        if let Some(stopped) = stopped {
-            cutoff = Some(stopped);
-            // This level is already counted in `bfs_fps`; what it partly found is dropped.
-            frontier.fps.clear();
-            break;
+            Stop::Panicked => unreachable!("a panic is raised again by expand"),
         }
-        let mut workers: Vec<Worker> = workers
-            .into_iter()
-            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-            .collect();
+    }
+}
 
+/// What the completed levels add up to.
+struct Folded {
+    /// Every state's fingerprint by BFS index: discoveries name parents by index.
+    bfs_fps: Vec<u64>,
+    /// BFS index of the first state that breaks each clause.
+    first: Vec<Option<u64>>,
+    transitions: u64,
+    cutoff: Option<Cutoff>,
+}
+
+impl Folded {
+    fn new(clause_count: usize) -> Folded {
+        Folded {
+            bfs_fps: Vec::new(),
+            first: vec![None; clause_count],
+            transitions: 0,
+            cutoff: None,
+        }
+    }
+
+    /// Takes in a completed level's workers (whose frontier began at BFS index `base`):
+    /// each clause's first violation, the transitions, the first step without progress.
+    fn fold(&mut self, workers: &mut [Worker], base: u64, depth: u32, recents: &mut Vec<Recent>) {
         let mut no_progress: Option<(usize, String)> = None;
-        for worker in &mut workers {
+        for worker in workers {
             recents.push(std::mem::replace(&mut worker.recent, Recent(Vec::new())));
-            transitions += worker.transitions;
+            self.transitions += worker.transitions;
             for &(clause, index) in &worker.violations {
                 let index = base + index as u64;
-                if first[clause].is_none_or(|f| index < f) {
-                    first[clause] = Some(index);
+                if self.first[clause].is_none_or(|f| index < f) {
+                    self.first[clause] = Some(index);
                 }
             }
             if let Some((index, action)) = worker.no_progress.take() {
@@ -398,46 +537,11 @@ where
                 }
             }
         }
-        if cutoff.is_none() {
+        if self.cutoff.is_none() {
             if let Some((_, action)) = no_progress {
-                cutoff = Some(Cutoff::PossibleCycle { action, depth });
+                self.cutoff = Some(Cutoff::PossibleCycle { action, depth });
             }
         }
-
-        let next = next_level(threads, &visited, &mut workers);
-        let old = std::mem::replace(&mut frontier, next);
-        spares
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(old.arenas);
-        if !frontier.fps.is_empty() {
-            depth += 1;
-        }
-    }
-    let unique_states = match cutoff {
-        // Exactly the limit: how many the cut level found past the completed ones
-        // depends on timing.
-        Some(Cutoff::States(max)) => max,
-        _ => (bfs_fps.len() + frontier.fps.len()) as u64,
-    };
-    drop(frontier);
-    drop(spares);
-
-    let counterexamples = pick_counterexamples(model, options, &visited, &bfs_fps, &first, &cutoff);
-    let verdict = match (&counterexamples.is_empty(), &cutoff) {
-        (false, _) => Verdict::Violated,
-        (true, Some(c)) => Verdict::Inconclusive(c.clone()),
-        (true, None) => Verdict::Holds,
-    };
-    Report {
-        verdict,
-        counterexamples,
-        cutoff,
-        unique_states,
-        transitions,
-        max_depth: depth,
-        elapsed: start.elapsed(),
-        exact: options.exact,
     }
 }
 
