@@ -106,6 +106,18 @@ fn issue14_docs_contracts_lists_every_clause_of_the_registry() {
     }
 }
 
+/// A source file's own code: without its test module and its comments.
+fn own_code(source: &str) -> String {
+    source
+        .split("#[cfg(test)]")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Module -> modules it uses, for the crate whose sources are under `src`.
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut sources = Vec::new();
@@ -129,16 +141,8 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     for file in &sources {
         let from = module_of(file);
         let text = std::fs::read_to_string(file).unwrap();
-        // Tests inside a module may use anything, and a doc link is no dependency: only
-        // the module's own code counts.
-        let code: String = text
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap_or_default()
-            .lines()
-            .map(|line| line.split("//").next().unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n");
+        // Tests inside a module may use anything, and a doc link is no dependency.
+        let code = own_code(&text);
         let mut uses = BTreeSet::new();
         for (i, _) in code.match_indices("crate::") {
             let path: String = code[i + "crate::".len()..]
@@ -225,14 +229,7 @@ fn issue14_no_module_imports_its_importer() {
 /// The clause-name string literals in `source`'s own code (comments and test modules
 /// aside).
 fn clause_literals(source: &str) -> Vec<&'static str> {
-    let code: String = source
-        .split("#[cfg(test)]")
-        .next()
-        .unwrap_or_default()
-        .lines()
-        .map(|line| line.split("//").next().unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = own_code(source);
     kvcc_model::properties::CLAUSES
         .iter()
         .map(|c| c.clause)

@@ -464,7 +464,12 @@ where
                 }
                 let new = (worker.found.len() - before) as u64;
                 let total = self.found_total.fetch_add(new, Ordering::Relaxed) + new;
-                if self.options.limits.max_states.is_some_and(|max| total > max) {
+                if self
+                    .options
+                    .limits
+                    .max_states
+                    .is_some_and(|max| total > max)
+                {
                     stopper.stop(Stop::States);
                     return;
                 }
