@@ -139,9 +139,7 @@ class Recording(unittest.TestCase):
             rec.delay_freed("cmpl-a")
             rec.delay_freed("cmpl-b")
             rec.record_model_runner_outputs([sent("cmpl-a"), sent("cmpl-a", "cmpl-b")])
-            # Rank 1 produced no output at all this step: not the output rank, so the
-            # step still counts rank 0's report.
-            rec.record_model_runner_outputs([sent("cmpl-b"), None])
+            rec.record_model_runner_outputs([sent("cmpl-b"), idle()])
             rec.freed("cmpl-a")
             rec.freed("cmpl-b")
         code, reports, stderr = conform(p)
@@ -149,6 +147,19 @@ class Recording(unittest.TestCase):
         self.assertEqual(reports[0]["verdict"], "conforms")
         self.assertEqual(reports[0]["steps"], 2)
         self.assertEqual(reports[0]["events"], 4)
+
+    def test_no_output_at_a_non_output_rank_is_flagged(self):
+        # vLLM's aggregator reads every worker's connector output and raises on a None
+        # from any rank but the output rank.
+        p = os.path.join(self.dir, "p")
+        with self.prefill("p") as rec:
+            rec.delay_freed("cmpl-a")
+            rec.record_model_runner_outputs([sent("cmpl-a"), sent("cmpl-a")])
+            rec.record_model_runner_outputs([idle(), None])
+            rec.freed("cmpl-a")
+        code, reports, stderr = conform(p)
+        self.assertEqual(code, 1, stderr + json.dumps(reports))
+        self.assertEqual(reports[0]["properties"], ["engine-survives"])
 
     def test_the_59325_leak_is_flagged_with_the_silent_rank(self):
         # Replicated PCP rank 1's synthetic report is cleared: E = world_size = 2 reports

@@ -1,6 +1,6 @@
 //! The deterministic aggregator core: vLLM's `KVOutputAggregator` semantics, sans-IO.
 //!
-//! Restated from contracts.md §4 (vLLM `kv_connector/utils.py`):
+//! Restated from docs/contracts.md §4 (vLLM `kv_connector/utils.py`):
 //! - `E` is fixed at construction (`connector.get_finished_count()`, or `world_size` when
 //!   that is None or 0) and shared by both directions;
 //! - each direction keeps request id → remaining count; a report subtracts one (a missing
@@ -229,6 +229,28 @@ pub struct Aggregator<Id: Ord> {
     pub(crate) recving: BTreeMap<Id, Entry>,
     /// `failed_recving` ids waiting for their receive quorum.
     pub(crate) pending_failed: BTreeSet<Id>,
+}
+
+/// The `E` a step's new countdowns open with: the first `expected_finished_count` the
+/// step's outputs announce (the output rank's is first), else the current one. vLLM
+/// applies an announcement to the step that carries it.
+pub fn step_expected(announced: impl IntoIterator<Item = u32>, current: u32) -> u32 {
+    announced
+        .into_iter()
+        .find(|&count| count > 0)
+        .unwrap_or(current)
+}
+
+/// How many reports a countdown takes before the next silently opens a fresh entry —
+/// the overflow vLLM's countdown cannot see: what is `remaining` while it is open;
+/// nothing for an id already `emitted` (any report reopens it); `expected` for an id
+/// never seen. The model and conform both judge `count-conserved` by it.
+pub fn countdown_room(remaining: Option<u32>, emitted: bool, expected: u32) -> u32 {
+    match remaining {
+        Some(remaining) => remaining,
+        None if emitted => 0,
+        None => expected,
+    }
 }
 
 impl<Id: Ord + Clone> Aggregator<Id> {
@@ -469,6 +491,34 @@ fn refuse<Id: Ord + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The overflow rule the model and conform share, against the core itself: exactly
+    /// `countdown_room` reports fit, one more reopens the countdown.
+    #[test]
+    fn countdown_room_is_what_the_countdown_takes_before_reopening() {
+        for (before, emitted_first) in [(0u32, false), (1, false), (2, true)] {
+            let mut core: Aggregator<u32> = Aggregator::new(Policy::Countdown, 3);
+            for rank in 0..before {
+                core.aggregate(&[sends(rank as Rank, &[7])], rank as Rank);
+            }
+            if emitted_first {
+                core.aggregate(&[sends(2, &[7])], 2);
+            }
+            let remaining = core.remaining(Direction::Sending, &7);
+            let room = countdown_room(remaining, emitted_first, 3);
+            assert_eq!(room, if emitted_first { 0 } else { 3 - before });
+            // Filling the room opens nothing new; the next report would.
+            for rank in 0..room {
+                core.aggregate(&[sends(rank as Rank, &[7])], rank as Rank);
+            }
+            assert_eq!(core.remaining(Direction::Sending, &7), None);
+            // The twin: one report past the room opens a fresh countdown.
+            core.aggregate(&[sends(0, &[7])], 0);
+            assert_eq!(core.remaining(Direction::Sending, &7), Some(2));
+        }
+        assert_eq!(step_expected([0, 4, 2], 8), 4);
+        assert_eq!(step_expected([0, 0], 8), 8);
+    }
 
     fn sends(rank: Rank, ids: &[u32]) -> WorkerOutput<u32> {
         let mut output = WorkerOutput::empty(rank);

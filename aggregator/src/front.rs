@@ -1,7 +1,7 @@
 //! The concurrent front: vLLM's executor step barrier, restated for threads.
 //!
 //! vLLM's executor collects the outputs of **all** workers for an engine step and hands
-//! them to `KVOutputAggregator` together, step after step (contracts.md §3–§4). Here each
+//! them to `KVOutputAggregator` together, step after step (docs/contracts.md §3–§4). Here each
 //! rank has its own thread calling [`ConcurrentAggregator::report`] (or
 //! [`ConcurrentAggregator::report_missing`] for a step in which it produced no output),
 //! and the front plays the executor:

@@ -18,6 +18,7 @@ pub mod front;
 pub mod sync;
 
 pub use crate::core::{
-    Aggregator, Direction, Policy, Rank, StepOutcome, Violation, ViolationKind, WorkerOutput,
+    countdown_room, step_expected, Aggregator, Direction, Policy, Rank, StepOutcome, Violation,
+    ViolationKind, WorkerOutput,
 };
 pub use crate::front::{ConcurrentAggregator, FrontError, Step};

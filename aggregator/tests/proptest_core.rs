@@ -1,5 +1,5 @@
 //! The aggregator core against a reference written here from its module docs
-//! (contracts.md §4) with plain maps, sets and lists, under random event sequences:
+//! (docs/contracts.md §4) with plain maps, sets and lists, under random event sequences:
 //! several steps and ranks, duplicate and stray reports, dynamic `E`, failed loads,
 //! invalid blocks, steps missing the output rank, announcements and retirements. Both
 //! policies; every outcome and every observable piece of state is compared after every

@@ -21,7 +21,6 @@ use kvcc::spec::point::Point;
 use kvcc::spec::{Case, Expectation, Spec};
 use kvcc_model::InputError;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -211,13 +210,6 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
-fn expected_json(expectation: &Expectation) -> serde_json::Value {
-    match expectation {
-        Expectation::Holds => json!({"verdict": "holds"}),
-        Expectation::Violated(p) => json!({"verdict": "violated", "violates": p}),
-    }
-}
-
 /// One check's JSON line, in the documented field order (harness/FORMATS.md).
 #[derive(Serialize)]
 struct Line<'a> {
@@ -262,7 +254,7 @@ pub fn json_line(m: &Measured) -> String {
         load_average: m.load_average,
         verdict: &first.verdict,
         violated: &first.violated,
-        expected: expected_json(&m.expectation),
+        expected: kvcc::report::json::expected(&m.expectation),
         matches: m.matches(),
         runs_agree: m.runs_agree(),
         unique_states: first.unique_states,

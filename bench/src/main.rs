@@ -62,7 +62,7 @@ pub struct Args {
     pub runs: u32,
     /// Worker threads per check.
     #[arg(long, value_name = "N", default_value_t = 2,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..=check::THREADS_MAX))]
     pub threads: u32,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).

@@ -129,16 +129,21 @@ impl Header {
     /// Reads and validates `header.json`.
     pub fn load(path: &Path) -> Result<Header, InputError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            let message = if e.kind() == io::ErrorKind::NotFound {
-                "missing: a recorded run starts with its header (docs/recorded-run.md)".to_string()
-            } else {
-                format!("cannot read: {e}")
-            };
-            InputError::file(&file, message)
-        })?;
+        if !path.exists() {
+            return Err(InputError::file(
+                &file,
+                "missing: a recorded run starts with its header (docs/recorded-run.md)",
+            ));
+        }
+        let text = kvcc_model::input::read_text(path, "header")?;
+        Header::parse(&file, &text)
+    }
+
+    /// Validates a header's text; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Header, InputError> {
+        let file = file.to_string();
         let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| json_error(&file, 0, &e))?;
+            serde_json::from_str(text).map_err(|e| json_error(&file, 0, &e))?;
         match value.get("format_version").map(serde_json::Value::as_u64) {
             None => {
                 return Err(InputError::file(
@@ -158,7 +163,7 @@ impl Header {
                 ))
             }
         }
-        let header: Header = serde_json::from_str(&text).map_err(|e| json_error(&file, 0, &e))?;
+        let header: Header = serde_json::from_str(text).map_err(|e| json_error(&file, 0, &e))?;
         header.validate(&file)?;
         Ok(header)
     }

@@ -208,14 +208,15 @@ fn rank_files(run: &str, header: &Header) -> Result<Vec<String>, InputError> {
 }
 
 fn open(path: &str) -> Result<BufReader<File>, InputError> {
-    let file = File::open(path).map_err(|e| {
-        let message = if e.kind() == std::io::ErrorKind::NotFound {
-            "missing: a recorded run has a scheduler log (it may be empty)".to_string()
-        } else {
-            format!("cannot read: {e}")
-        };
-        InputError::file(path, message)
-    })?;
+    if !Path::new(path).exists() {
+        return Err(InputError::file(
+            path,
+            "missing: a recorded run has a scheduler log (it may be empty)",
+        ));
+    }
+    // Rank files and the log are streamed, however long; they must still be regular
+    // files, or a link to a device would feed the readers forever.
+    let file = kvcc_model::input::open_regular(Path::new(path), "recorded run file")?;
     Ok(BufReader::with_capacity(256 << 10, file))
 }
 

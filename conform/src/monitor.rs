@@ -1,4 +1,4 @@
-//! Contract monitors over one engine's recorded run (contracts.md §10), the observable
+//! Contract monitors over one engine's recorded run (docs/contracts.md §10), the observable
 //! counterparts of the model's clauses (`kvcc_model::properties`):
 //!
 //! - `exactly-once`: an id emitted twice in one direction, or emitted to a scheduler that
@@ -28,6 +28,14 @@ use kvcc_aggregator::{
     Aggregator, ConcurrentAggregator, Direction, FrontError, Policy, Rank, Step, StepOutcome,
     ViolationKind, WorkerOutput,
 };
+use kvcc_model::properties::{
+    ABORTED_LOADER_NEVER_FREED, COUNTDOWN_LEFT_OPEN, COUNTDOWN_REOPENED,
+    DELAY_FREED_REQUEST_NEVER_FREED, DUPLICATE_REPORT, EMITTED_FOR_UNKNOWN_REQUEST, EMITTED_TWICE,
+    FAILURE_LEFT_PENDING, LOADER_NEVER_WOKEN, LOAD_EMITTED_BEFORE_WORKERS_DONE,
+    PREFILL_LOAD_NEVER_COMPLETES, RECV_EMITTED_BEFORE_DECODERS_DONE, REPORT_AFTER_EMISSION,
+    REPORT_BEYOND_EXPECTED, SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE, SEND_WITHOUT_DELAYED_FREE,
+    UNANNOUNCED_REPORT,
+};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -51,8 +59,10 @@ pub struct Finding {
     pub message: String,
 }
 
-/// The properties conform monitors, in the model's order.
-pub const PROPERTIES: [&str; 7] = [
+/// The properties conform monitors, in the model's order, then conform's own:
+/// `engine-survives` is about the recorded input itself (an output vLLM cannot take),
+/// which the model never produces.
+pub const PROPERTIES: [&str; 8] = [
     "quorum-sound",
     "exactly-once",
     "report-provenance",
@@ -60,6 +70,7 @@ pub const PROPERTIES: [&str; 7] = [
     "eventually-freed",
     "eventually-woken",
     "aggregator-drains",
+    "engine-survives",
 ];
 
 /// Where the scheduler has a request, from its events.
@@ -383,6 +394,29 @@ impl Monitor {
         self.current_dropped = outputs
             .get(usize::from(output_rank))
             .is_none_or(|(_, o)| o.is_none());
+        // Only the output rank's output may be missing (the step is then dropped); vLLM's
+        // aggregator reads every other worker's connector output and raises on a None,
+        // which ends the engine (vllm/distributed/kv_transfer/kv_connector/utils.py).
+        for (rank, (line, output)) in outputs.iter().enumerate() {
+            if output.is_none() && rank != usize::from(output_rank) {
+                let at = self.at(Loc {
+                    file: rank as u32,
+                    line: *line,
+                });
+                self.record(Finding {
+                    property: "engine-survives",
+                    clause: "none-output-at-non-output-rank",
+                    request: String::new(),
+                    direction: None,
+                    step: Some(step),
+                    ranks: vec![rank as Rank],
+                    at: vec![at],
+                    message: format!(
+                        "rank {rank} handed the aggregator no output at step {step}; only the output rank ({output_rank}) may miss one, and vLLM's aggregator raises on it, ending the engine"
+                    ),
+                });
+            }
+        }
         for (rank, (line, output)) in outputs.iter().enumerate() {
             let Some(output) = output else { continue };
             for direction in DIRECTIONS {
@@ -412,7 +446,7 @@ impl Monitor {
                 });
                 self.record(Finding {
                     property: "report-provenance",
-                    clause: "send-without-delayed-free",
+                    clause: SEND_WITHOUT_DELAYED_FREE.clause,
                     request: name.clone(),
                     direction: Some(Direction::Sending),
                     step: Some(step),
@@ -447,10 +481,10 @@ impl Monitor {
             // Named as `strict` names its refusal of the same report.
             let (clause, when) = match flow.emitted {
                 Some(emitted) => (
-                    "report-after-emission",
+                    REPORT_AFTER_EMISSION.clause,
                     format!(", after it was emitted at step {emitted}"),
                 ),
-                None => ("duplicate-report", String::new()),
+                None => (DUPLICATE_REPORT.clause, String::new()),
             };
             let at = vec![
                 self.at(Loc {
@@ -483,11 +517,9 @@ impl Monitor {
         step: Step,
         outputs: &[(u64, Option<&WorkerOutput<IdNum>>)],
     ) -> Result<(), FrontError> {
-        // The output rank's announcement is counted first, so it applies to the step.
         let announced = outputs
             .iter()
-            .filter_map(|(_, o)| o.map(|o| o.expected_finished_count))
-            .find(|&count| count > 0);
+            .filter_map(|(_, o)| o.map(|o| o.expected_finished_count));
         // The step's reports grouped by (direction, id), in report order within a group:
         // sorted rather than gathered in a map of lists, one allocation instead of one
         // per id.
@@ -505,17 +537,17 @@ impl Monitor {
                 .iter()
                 .map(|&(d, id)| core.remaining(DIRECTIONS[d], &id))
                 .collect();
-            (announced.unwrap_or(core.expected()), remaining)
+            (
+                kvcc_aggregator::step_expected(announced, core.expected()),
+                remaining,
+            )
         })?;
         let mut groups = grouped.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1));
         for ((d, id), remaining) in keys.into_iter().zip(remaining) {
             let reports = groups.next().expect("one group per key");
             let t = &self.tracked[&id];
-            let room = match remaining {
-                Some(remaining) => remaining,
-                None if t.flows[d].emitted.is_some() => 0,
-                None => expected,
-            };
+            let room =
+                kvcc_aggregator::countdown_room(remaining, t.flows[d].emitted.is_some(), expected);
             if reports.len() as u32 <= room {
                 continue;
             }
@@ -542,7 +574,7 @@ impl Monitor {
             };
             self.record(Finding {
                 property: "count-conserved",
-                clause: "countdown-reopened",
+                clause: COUNTDOWN_REOPENED.clause,
                 request: name.clone(),
                 direction: Some(DIRECTIONS[d]),
                 step: Some(step),
@@ -639,12 +671,12 @@ impl Monitor {
             // model files the refusal under count-conserved, where it cannot happen.
             ViolationKind::DuplicateReport => (
                 "exactly-once",
-                "duplicate-report",
+                DUPLICATE_REPORT.clause,
                 format!("rank {rank} reported {name} in {direction} a second time at step {step}{first}; the strict aggregator refused it"),
             ),
             ViolationKind::ReportAfterEmission => (
                 "exactly-once",
-                "report-after-emission",
+                REPORT_AFTER_EMISSION.clause,
                 format!(
                     "rank {rank} reported {name} in {direction} again at step {step}{first}, after it was emitted at step {}; the strict aggregator refused it",
                     flow.emitted.map_or("?".into(), |s| s.to_string())
@@ -652,7 +684,7 @@ impl Monitor {
             ),
             ViolationKind::ReportBeyondExpected => (
                 "count-conserved",
-                "report-beyond-expected",
+                REPORT_BEYOND_EXPECTED.clause,
                 format!(
                     "rank {rank} reported {name} in {direction} at step {step}, after its quorum of E was complete (emitted at step {}): one reporter more than E",
                     flow.emitted.map_or("?".into(), |s| s.to_string())
@@ -664,7 +696,7 @@ impl Monitor {
                 }
                 (
                     "report-provenance",
-                    "unannounced-report",
+                    UNANNOUNCED_REPORT.clause,
                     format!(
                         "rank {rank} reported {name} in {direction} at step {step}, which the scheduler never announced or has forgotten (it is {})",
                         t.phase.text()
@@ -752,7 +784,7 @@ impl Monitor {
         if let Some(first) = previous {
             self.record(Finding {
                 property: "exactly-once",
-                clause: "emitted-twice",
+                clause: EMITTED_TWICE.clause,
                 request: name.clone(),
                 direction: Some(direction),
                 step: Some(step),
@@ -773,7 +805,7 @@ impl Monitor {
             };
             self.record(Finding {
                 property: "exactly-once",
-                clause: "emitted-for-unknown-request",
+                clause: EMITTED_FOR_UNKNOWN_REQUEST.clause,
                 request: name.clone(),
                 direction: Some(direction),
                 step: Some(step),
@@ -787,9 +819,9 @@ impl Monitor {
         }
         if !missing.is_empty() {
             let clause = match (engine, direction) {
-                (_, Direction::Sending) => "send-emitted-before-transfer-ranks-done",
-                (Engine::Prefill, Direction::Recving) => "load-emitted-before-workers-done",
-                (Engine::Decode, Direction::Recving) => "recv-emitted-before-decoders-done",
+                (_, Direction::Sending) => SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE.clause,
+                (Engine::Prefill, Direction::Recving) => LOAD_EMITTED_BEFORE_WORKERS_DONE.clause,
+                (Engine::Decode, Direction::Recving) => RECV_EMITTED_BEFORE_DECODERS_DONE.clause,
             };
             let owners = match direction {
                 Direction::Sending => "transfer ",
@@ -903,25 +935,25 @@ impl Monitor {
             let liveness = match (t.phase, self.setup.engine, t.aborted) {
                 (Phase::DelayFreed, _, _) => Some((
                     "eventually-freed",
-                    "delay-freed-request-never-freed",
+                    DELAY_FREED_REQUEST_NEVER_FREED.clause,
                     Direction::Sending,
                     format!("{name} has been delay-freed{since} and was never freed"),
                 )),
                 (Phase::Waiting, Engine::Prefill, _) => Some((
                     "eventually-woken",
-                    "prefill-load-never-completes",
+                    PREFILL_LOAD_NEVER_COMPLETES.clause,
                     Direction::Recving,
                     format!("{name} has waited for its own KV load{since}"),
                 )),
                 (Phase::Waiting, Engine::Decode, false) => Some((
                     "eventually-woken",
-                    "loader-never-woken",
+                    LOADER_NEVER_WOKEN.clause,
                     Direction::Recving,
                     format!("{name} has waited for remote KV{since} and was never woken"),
                 )),
                 (Phase::Waiting, Engine::Decode, true) => Some((
                     "eventually-woken",
-                    "aborted-loader-never-freed",
+                    ABORTED_LOADER_NEVER_FREED.clause,
                     Direction::Recving,
                     format!(
                         "{name} was aborted while waiting for remote KV{since} and was never freed"
@@ -940,7 +972,7 @@ impl Monitor {
                         t,
                         &all,
                         "aggregator-drains",
-                        "countdown-left-open",
+                        COUNTDOWN_LEFT_OPEN.clause,
                         direction,
                         &end,
                         &what,
@@ -955,7 +987,7 @@ impl Monitor {
                     t,
                     &all,
                     "aggregator-drains",
-                    "failure-left-pending",
+                    FAILURE_LEFT_PENDING.clause,
                     Direction::Recving,
                     &end,
                     &what,

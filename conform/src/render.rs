@@ -94,15 +94,22 @@ fn shown(report: &RunReport) -> (Vec<&Finding>, Vec<(String, u64)>) {
 }
 
 fn heading(f: &Finding) -> String {
-    let mut text = format!("{}: {} — request {}", f.property, f.clause, f.request);
+    let mut text = format!("{}: {}", f.property, f.clause);
+    // A finding about an engine step as a whole names no request.
+    if !f.request.is_empty() {
+        let _ = write!(text, " — request {}", f.request);
+    }
     if let Some(d) = f.direction {
         let _ = write!(text, " ({d})");
     }
-    match f.step {
-        Some(step) => {
+    match (f.step, f.request.is_empty()) {
+        (Some(step), false) => {
             let _ = write!(text, ", step {step}");
         }
-        None => text.push_str(", at end of run"),
+        (Some(step), true) => {
+            let _ = write!(text, " — step {step}");
+        }
+        (None, _) => text.push_str(", at end of run"),
     }
     text
 }

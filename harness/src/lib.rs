@@ -18,6 +18,7 @@
 
 pub mod cmd;
 pub mod explore;
+pub mod out;
 pub mod progress;
 pub mod report;
 pub mod run;

@@ -22,8 +22,15 @@ pub struct Settings {
     pub trace_dir: Option<PathBuf>,
     /// The trace directory as given on the command line (for reproduce commands).
     pub trace_dir_arg: Option<String>,
-    /// Command-line limit flags, repeated in reproduce commands.
+    /// Command-line limit flags (and `--shortest`), repeated in reproduce commands.
     pub limit_args: Vec<String>,
+    /// Report shortest counterexamples instead of the cheapest (fewest faults first).
+    pub shortest: bool,
+    /// Write traces for every violation, not only for checks whose verdict differs from
+    /// the spec's expectation.
+    pub all_traces: bool,
+    /// Compare states in full, not by fingerprint alone (`--exact`).
+    pub exact: bool,
 }
 
 /// What the checker concluded.
@@ -61,6 +68,9 @@ pub struct Outcome {
     pub max_depth: u32,
     pub seconds: f64,
     pub states_per_second: f64,
+    /// The chance a fingerprint collision hid a state; None when states were compared
+    /// in full (`--exact`).
+    pub collision_probability: Option<f64>,
     /// Trace files written, `.txt` first for each violation.
     pub traces: Vec<PathBuf>,
 }
@@ -119,6 +129,12 @@ pub fn matches(expectation: &Expectation, observed: &Observed, violated: &[Strin
             got.sort();
             want == got
         }
+        (Expectation::ViolatedAll(want), Observed::Violated) => {
+            want.iter().all(|p| violated.contains(p))
+        }
+        (Expectation::ViolatedAny(want), Observed::Violated) => {
+            want.iter().any(|p| violated.contains(p))
+        }
         _ => false,
     }
 }
@@ -129,6 +145,7 @@ pub fn limits(spec: &Spec, settings: &Settings) -> Limits {
         max_states: settings.limits.max_states.or(spec.limits.max_states),
         max_depth: settings.limits.max_depth.or(spec.limits.max_depth),
         timeout: settings.limits.timeout.or(spec.limits.timeout),
+        max_memory: settings.limits.max_memory,
     }
 }
 
@@ -140,8 +157,28 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         symmetry: true,
         limits: limits(spec, settings),
         progress: settings.progress.clone(),
+        shortest: settings.shortest,
+        exact: settings.exact,
     };
-    let report = checker::check(&model, &options);
+    // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
+    // exit 2 naming the check, after every worker has stopped.
+    let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        checker::check(&model, &options)
+    }))
+    .map_err(|payload| {
+        let why = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        InputError::file(
+            &spec.file,
+            format!(
+                "internal error while checking {}: {why} (a kvcc bug: please report it with this spec)",
+                if case.point.is_empty() { "the spec".to_string() } else { case.point.to_string() }
+            ),
+        )
+    })?;
     let violations: Vec<Violation> = report
         .counterexamples
         .iter()
@@ -159,20 +196,6 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         (Verdict::Violated, None) => Observed::Violated,
         (Verdict::Holds, _) => Observed::Holds,
     };
-    let mut traces = Vec::new();
-    if let Some(dir) = &settings.trace_dir {
-        for counterexample in &report.counterexamples {
-            let command = reproduce_command(spec, &case.point, settings);
-            let trace = Trace::new(&model, spec, &case.point, counterexample, command);
-            let written = trace::write_all(&trace, dir).map_err(|e| {
-                InputError::file(
-                    &dir.display().to_string(),
-                    format!("cannot write trace: {e}"),
-                )
-            })?;
-            traces.extend(written);
-        }
-    }
     let mut outcome = Outcome {
         spec: spec.name.clone(),
         file: spec.file.clone(),
@@ -187,13 +210,29 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         max_depth: report.max_depth,
         seconds: report.elapsed.as_secs_f64(),
         states_per_second: report.states_per_second(),
-        traces,
+        collision_probability: report.collision_probability(),
+        traces: Vec::new(),
     };
     outcome.matches = matches(
         &outcome.expectation,
         &outcome.observed,
         &outcome.violated_properties(),
     );
+    // A reviewer needs the traces of what differs from the spec; expected violations
+    // are written only when asked for (`--all-traces`).
+    if let (Some(dir), true) = (&settings.trace_dir, !outcome.matches || settings.all_traces) {
+        for counterexample in &report.counterexamples {
+            let command = reproduce_command(spec, &case.point, settings);
+            let trace = Trace::new(&model, spec, &case.point, counterexample, command);
+            let written = trace::write_all(&trace, dir).map_err(|e| {
+                InputError::file(
+                    &dir.display().to_string(),
+                    format!("cannot write trace: {e}"),
+                )
+            })?;
+            outcome.traces.extend(written);
+        }
+    }
     Ok(outcome)
 }
 

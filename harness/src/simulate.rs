@@ -60,6 +60,9 @@ pub enum End {
     Unsafe,
     /// The action cap was reached: liveness is not judged.
     Capped,
+    /// A state had more successors than the checker can number
+    /// (`kvcc_model::checker::SUCCESSORS_MAX`): liveness is not judged.
+    TooManySuccessors,
 }
 
 impl End {
@@ -68,6 +71,9 @@ impl End {
             End::Quiescent => "no forced action is enabled",
             End::Unsafe => "a safety clause is broken",
             End::Capped => "the action cap was reached (liveness not judged)",
+            End::TooManySuccessors => {
+                "a state had too many successors to enumerate (liveness not judged)"
+            }
         }
     }
 }
@@ -167,7 +173,7 @@ fn headers(model: &ContractModel) -> (Header, Header) {
         AggregatorPolicy::Countdown => PolicyName::Countdown,
         AggregatorPolicy::Strict => PolicyName::Strict,
     };
-    // A MultiConnector's count is None when a child's is (contracts.md §8).
+    // A MultiConnector's count is None when a child's is (docs/contracts.md §8).
     let (connector, multi) = match c.connector {
         Connector::Nixl => ("NixlConnector", false),
         Connector::MultiOffload => ("MultiConnector", true),
@@ -288,7 +294,12 @@ pub fn simulate(model: &ContractModel, seed: u64, actions_max: usize) -> Simulat
             break End::Unsafe;
         }
         enabled.clear();
-        model.enabled_actions(&state, &mut enabled);
+        if model
+            .enabled_actions(&state, &mut enabled, kvcc_model::checker::SUCCESSORS_MAX)
+            .is_err()
+        {
+            break End::TooManySuccessors;
+        }
         let mut candidates: Vec<_> = enabled
             .iter()
             .filter_map(|&a| model.apply_observed(&state, a).map(|(s, o)| (a, s, o)))
@@ -313,7 +324,7 @@ pub fn simulate(model: &ContractModel, seed: u64, actions_max: usize) -> Simulat
     let judged = match end {
         End::Unsafe => Some(Kind::Safety),
         End::Quiescent => Some(Kind::Liveness),
-        End::Capped => None,
+        End::Capped | End::TooManySuccessors => None,
     };
     let violated = CLAUSES
         .iter()

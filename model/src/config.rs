@@ -1,6 +1,6 @@
 //! What one contract scenario fixes: topology, connector and scheduler behaviours, and
 //! which faults may happen. Spec files deserialize straight into [`Config`]; every field
-//! is named after the vLLM behaviour it selects (contracts.md §2–§9).
+//! is named after the vLLM behaviour it selects (docs/contracts.md §2–§9).
 
 use serde::{Deserialize, Serialize};
 
@@ -218,6 +218,12 @@ pub enum FailedLoad {
     Reported,
     /// A failed load is only logged and reported as a plain `finished_recving`.
     LoggedOnly,
+    /// A failed load is only logged and never reported at all: neither in
+    /// `finished_recving` nor as failed, so the failure never reaches the scheduler's
+    /// `kv_load_failure_policy` and the request waits for ever (vLLM issue #55181: a P2P
+    /// NIXL transport exception during a fetch leaves the request pending until the
+    /// client gives up).
+    Unreported,
 }
 
 /// Scheduler behaviour (v1/core/sched/scheduler.py).
@@ -226,7 +232,26 @@ pub enum FailedLoad {
 pub struct Scheduler {
     pub abort_finished: AbortFinished,
     pub abort_loading: AbortLoading,
+    /// Both engines' stepping, where `prefill-stepping` / `decode-stepping` do not say.
     pub stepping: Stepping,
+    /// P's engine alone: bugs hit one side, e.g. an idle prefill engine holding
+    /// delay-freed requests while decode keeps stepping (vLLM PR #41180 keeps a prefiller
+    /// awake, polling `get_finished()`, while it holds delayed-free request ids).
+    pub prefill_stepping: Option<Stepping>,
+    /// D's engine alone.
+    pub decode_stepping: Option<Stepping>,
+}
+
+impl Scheduler {
+    /// How P's (`prefill`) or D's engine steps.
+    pub fn stepping_of(&self, prefill: bool) -> Stepping {
+        let own = if prefill {
+            self.prefill_stepping
+        } else {
+            self.decode_stepping
+        };
+        own.unwrap_or(self.stepping)
+    }
 }
 
 impl Default for Scheduler {
@@ -235,6 +260,8 @@ impl Default for Scheduler {
             abort_finished: AbortFinished::Ignore,
             abort_loading: AbortLoading::DelayFree,
             stepping: Stepping::KeepStepping,
+            prefill_stepping: None,
+            decode_stepping: None,
         }
     }
 }

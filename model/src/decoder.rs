@@ -1,4 +1,4 @@
-//! D workers (NIXL's consumer side; contracts.md §7).
+//! D workers (NIXL's consumer side; docs/contracts.md §7).
 //!
 //! Per request, a D rank holds one read handle per P rank in its read plan. Each handle
 //! carries its notification to P when it completes. The D rank reports `finished_recving`
@@ -112,6 +112,10 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
             rank::receive_notification(state, plan.source, r);
         }
     }
-    let failed = any_failed && config.consumer.failed_load == FailedLoad::Reported;
-    *state.decode_cell_mut(decoder, r) = DecodeCell::Done { failed };
+    *state.decode_cell_mut(decoder, r) = match (any_failed, config.consumer.failed_load) {
+        (true, FailedLoad::Unreported) => DecodeCell::Silent,
+        (true, FailedLoad::Reported) => DecodeCell::Done { failed: true },
+        // Logged only: the failure goes out as a plain success.
+        (true, FailedLoad::LoggedOnly) | (false, _) => DecodeCell::Done { failed: false },
+    };
 }

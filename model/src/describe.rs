@@ -5,18 +5,18 @@
 //! facts a step changed, and the ITF trace format stores these maps, typed, as its
 //! states.
 
-use crate::model::{Action, ContractModel};
+use crate::action::Action;
 use crate::offload::StoresDone;
 use crate::state::{
     DecodeCell, HandlePhase, LoadPhase, Metadata, PrefillPhase, SendPhase, State, StorePhase,
 };
 use crate::state::{DecodePhase, Incidents};
+use crate::topology::Topology;
 use kvcc_aggregator::{Aggregator, Direction};
 use std::collections::BTreeMap;
 
 /// One line for an action, as a reviewer would say it.
-pub fn action(model: &ContractModel, action: &Action) -> String {
-    let t = &model.topology;
+pub fn action(t: &Topology, action: &Action) -> String {
     match *action {
         Action::PrefillFinishes { request: r } => format!(
             "P scheduler: req{r} finishes prefill; request_finished() returns True (free delayed)"
@@ -145,6 +145,8 @@ pub enum Value {
     /// A phase or a name, in vLLM's words.
     Text(String),
     Int(i64),
+    /// Reports an aggregator still waits for: an integer, printed `N to go`.
+    Remaining(i64),
     /// Printed as its elements joined by `, `, or `-` when empty.
     Set(Vec<Value>),
     /// Printed as `key: value` pairs joined by `, `, or `-` when empty.
@@ -174,6 +176,7 @@ impl std::fmt::Display for Value {
         match self {
             Value::Text(s) => f.write_str(s),
             Value::Int(n) => write!(f, "{n}"),
+            Value::Remaining(n) => write!(f, "{n} to go"),
             Value::Set(items) => joined(f, items.iter().map(|v| v.to_string()), ", "),
             Value::Map(pairs) => joined(f, pairs.iter().map(|(k, v)| format!("{k}: {v}")), ", "),
             Value::Tup(items) => joined(f, items.iter().map(|v| v.to_string()), "/"),
@@ -217,7 +220,8 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
             };
             let send = match cell.send {
                 SendPhase::InBatch => "in batch",
-                SendPhase::ToSend => "to send (lease armed)",
+                SendPhase::ToSend if t.leases => "to send (lease armed)",
+                SendPhase::ToSend => "to send (waiting for D's reads)",
                 SendPhase::Done => "done, report pending",
                 SendPhase::Reported => "reported",
                 SendPhase::Cleared => {
@@ -303,7 +307,7 @@ fn aggregator_facts(
             .open_ids(direction)
             .map(|id| {
                 let to_go = aggregator.remaining(direction, id).unwrap_or(0);
-                (request(*id), Value::Int(i64::from(to_go)))
+                (request(*id), Value::Remaining(i64::from(to_go)))
             })
             .collect();
         facts.insert(format!("{engine} aggregator {direction}"), Value::Map(open));
@@ -357,7 +361,7 @@ fn metadata(meta: Metadata) -> String {
 }
 
 fn incidents(incidents: Incidents) -> Value {
-    const NAMES: [(u16, &str); 10] = [
+    const NAMES: [(u16, &str); 11] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
             "finished_sending for unknown request",
@@ -379,6 +383,10 @@ fn incidents(incidents: Incidents) -> Value {
         ),
         (Incidents::STRICT_BEYOND_EXPECTED, "strict: report beyond E"),
         (Incidents::STRICT_UNANNOUNCED, "strict: unannounced report"),
+        (
+            Incidents::FREED_BY_LEASE_ALONE,
+            "P blocks freed by a lease alone, no fault",
+        ),
         (
             Incidents::LOAD_FOR_UNKNOWN,
             "P load emitted for unknown request",

@@ -1,4 +1,4 @@
-//! One engine step (contracts.md §3): the scheduler's metadata reaches every worker, each
+//! One engine step (docs/contracts.md §3): the scheduler's metadata reaches every worker, each
 //! worker returns its completion sets, the executor hands all of them to the aggregator
 //! in rank order, and the scheduler acts on what the aggregator emits.
 
@@ -179,24 +179,23 @@ fn overflows(state: &State, outputs: &[WorkerOutput<RequestId>], engine: Engine)
         Engine::Prefill => &state.prefill_aggregator,
         Engine::Decode => &state.decode_aggregator,
     };
-    // The output rank's announcement is counted first, so it applies to the whole step.
-    let expected = outputs
-        .iter()
-        .map(|o| o.expected_finished_count)
-        .find(|&count| count > 0)
-        .unwrap_or(aggregator.expected());
+    let expected = kvcc_aggregator::step_expected(
+        outputs.iter().map(|o| o.expected_finished_count),
+        aggregator.expected(),
+    );
     emitted_bits(engine).into_iter().any(|(direction, bit)| {
         (0..state.request_count() as RequestId).any(|r| {
             let reports = outputs
                 .iter()
                 .filter(|o| o.finished(direction).contains(&r))
                 .count() as u32;
-            let room = match aggregator.remaining(direction, &r) {
-                Some(remaining) => remaining,
-                None if bit != 0 && state.requests[usize::from(r)].emitted & bit != 0 => 0,
-                None => expected,
-            };
-            reports > room
+            let emitted = bit != 0 && state.requests[usize::from(r)].emitted & bit != 0;
+            reports
+                > kvcc_aggregator::countdown_room(
+                    aggregator.remaining(direction, &r),
+                    emitted,
+                    expected,
+                )
         })
     })
 }

@@ -1,4 +1,4 @@
-//! P-side leases (`kv_lease_duration`, contracts.md §6).
+//! P-side leases (`kv_lease_duration`, docs/contracts.md §6).
 //!
 //! A lease is armed when the send metadata reaches a transfer rank and is extended by D's
 //! heartbeats while D still holds the request waiting. The model has no clock: a lease
@@ -6,7 +6,7 @@
 //! real timer. With the `late-read-after-lease` fault it may also expire while D is merely
 //! slow, which is the race the real timer leaves open.
 
-use crate::config::Config;
+use crate::config::{Config, Stepping};
 use crate::state::RequestId;
 use crate::state::{DecodeCell, DecodePhase, HandlePhase, SendPhase, State};
 use kvcc_aggregator::Rank;
@@ -15,7 +15,24 @@ use kvcc_aggregator::Rank;
 pub fn may_expire(config: &Config, state: &State, rank: Rank, r: RequestId) -> bool {
     config.producer.lease
         && state.prefill_cell(rank, r).send == SendPhase::ToSend
-        && (config.faults.late_read_after_lease || !d_keeps_alive(state, rank, r))
+        && (config.faults.late_read_after_lease
+            || !d_steps(config)
+            || !d_keeps_alive(state, rank, r))
+}
+
+/// Would `rank`'s lease on `r` expiring now be the `late-read-after-lease` fault (D is
+/// still reading, or will, and keeps it alive)? Then the expiry is the fault, not the
+/// rescue from one.
+pub fn expiry_is_a_fault(config: &Config, state: &State, rank: Rank, r: RequestId) -> bool {
+    config.faults.late_read_after_lease && d_steps(config) && d_keeps_alive(state, rank, r)
+}
+
+/// Does D's engine step for its waiting requests at all? D's worker-side connector runs
+/// inside engine steps (reads are posted and completions polled there), so an idle D
+/// sends P nothing — no read, no notification, no heartbeat — and P's lease runs out.
+/// (A modelling choice: the heartbeat's sender is not pinned down in vLLM's code here.)
+fn d_steps(config: &Config) -> bool {
+    config.scheduler.stepping_of(false) == Stepping::KeepStepping
 }
 
 /// Does D still have reads or notifications for `rank` coming? Then its heartbeats keep

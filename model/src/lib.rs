@@ -1,4 +1,4 @@
-//! Stateright models of vLLM's KV-transfer completion contracts (`../shared/contracts.md`)
+//! Stateright models of vLLM's KV-transfer completion contracts (`docs/contracts.md`)
 //! and the checker that explores them.
 //!
 //! How a scenario flows: a [`config::Config`] (from a spec file) fixes topology and
@@ -9,6 +9,7 @@
 //! graph and returns a verdict with replayed, shortest counterexamples; [`describe`] puts
 //! states and actions into vLLM's vocabulary for traces.
 
+pub mod action;
 pub mod checker;
 pub mod config;
 pub mod decoder;

@@ -1,5 +1,5 @@
 //! The completion-contract model: P and D engines, their workers, one real aggregator
-//! each, D's reads and notifications, leases, aborts and faults (contracts.md; vLLM PRs
+//! each, D's reads and notifications, leases, aborts and faults (docs/contracts.md; vLLM PRs
 //! #52779, #53903, #53781, #59325, #56104, #56640).
 //!
 //! `actions` pushes every guarded action in a fixed order; `next_state` clones the state
@@ -8,8 +8,9 @@
 //! action that would change nothing is not a transition (stuttering is invisible to every
 //! property), which keeps the state graph acyclic.
 
+pub use crate::action::Action;
 use crate::config::{Config, PrefixHit};
-use crate::offload::{self, StoresDone};
+use crate::offload;
 use crate::properties::{Kind, CLAUSES};
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
@@ -17,63 +18,8 @@ use crate::state::{
 };
 use crate::topology::Topology;
 use crate::{decoder, engine, lease, scheduler};
-use kvcc_aggregator::{Aggregator, Policy, Rank, WorkerOutput};
+use kvcc_aggregator::{Aggregator, Policy, WorkerOutput};
 use std::sync::Arc;
-
-/// Everything that can happen, named as in vLLM. Serialized into ITF traces so that
-/// `kvcc replay` can re-execute them.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(
-    tag = "action",
-    rename_all = "kebab-case",
-    rename_all_fields = "kebab-case"
-)]
-pub enum Action {
-    /// P finishes prefilling: `request_finished` returns True and the free is delayed.
-    PrefillFinishes { request: RequestId },
-    /// A P worker finishes loading its own copy of a request's KV.
-    PrefillWorkerLoads { rank: Rank, request: RequestId },
-    /// A P engine step: metadata reaches the workers, their outputs are aggregated, the
-    /// scheduler frees what is emitted. Faults: the output rank's output is lost;
-    /// the output rank announces a new `expected_finished_count`. Under MultiConnector,
-    /// the offloading stores the workers' poll finds completed (see [`crate::offload`]).
-    PrefillEngineSteps {
-        output_lost: bool,
-        announces_count: bool,
-        #[serde(default, skip_serializing_if = "StoresDone::is_empty")]
-        stores_done: StoresDone,
-    },
-    /// A P rank's lease on a request expires: it reports the request as sent.
-    LeaseExpires { rank: Rank, request: RequestId },
-    /// D admits a request and waits for remote KV (or hits its whole prefix locally).
-    DecodeAdmits {
-        request: RequestId,
-        prefix_hit: bool,
-    },
-    /// D crashes before reading a request.
-    DecoderCrashes { request: RequestId },
-    /// A D rank's handshake with P finishes.
-    HandshakeCompletes {
-        decoder: Rank,
-        request: RequestId,
-        ok: bool,
-    },
-    /// A read handle completes and notifies its P rank (unless the notification is lost).
-    ReadCompletes {
-        handle: u16,
-        request: RequestId,
-        notification_lost: bool,
-    },
-    /// A read handle fails mid-transfer.
-    ReadFails { handle: u16, request: RequestId },
-    /// A D engine step: metadata reaches the workers, their outputs are aggregated, the
-    /// scheduler wakes what is emitted. Fault: the output rank's output is lost.
-    DecodeEngineSteps { output_lost: bool },
-    /// The client aborts a request (both schedulers hear of it).
-    ClientAborts { request: RequestId },
-}
 
 /// What the workers of an engine step handed the aggregator, in rank order. A step that
 /// lost the output rank's output lacks rank 0.
@@ -138,6 +84,7 @@ impl ContractModel {
                     prefix_hit: false,
                     aborted: false,
                     emitted: 0,
+                    rescue: 0,
                 };
                 n
             ],
@@ -152,8 +99,16 @@ impl ContractModel {
         }
     }
 
-    /// Every action enabled in `state`, in a fixed order.
-    pub fn enabled_actions(&self, state: &State, actions: &mut Vec<Action>) {
+    /// Every action enabled in `state`, in a fixed order. `Err(count)` when the state has
+    /// more successors than `successors_max` (only a MultiConnector P step's choices of
+    /// finished offload stores can grow so): then no P-step action is generated, and
+    /// `count` is how many there would be, saturated.
+    pub fn enabled_actions(
+        &self,
+        state: &State,
+        actions: &mut Vec<Action>,
+        successors_max: u64,
+    ) -> Result<(), u64> {
         let c = &self.config;
         let t = &self.topology;
         let faults = &c.faults;
@@ -233,7 +188,10 @@ impl ContractModel {
             }
         }
         if scheduler::prefill_steps(c, state) {
-            let stores = offload::choices(c, state);
+            // A P step comes in at most 4 variants (output lost or not, count announced
+            // or not) for each choice of stores.
+            let stores = offload::choices(c, state, successors_max / 4)
+                .map_err(|count| count.saturating_mul(4))?;
             let lost = [
                 false,
                 faults.missing_output_rank && state.once & State::ONCE_PREFILL_OUTPUT_LOST == 0,
@@ -270,6 +228,7 @@ impl ContractModel {
                 actions.push(Action::DecodeEngineSteps { output_lost: true });
             }
         }
+        Ok(())
     }
 
     /// The state after `action`, or None when it would change nothing.
@@ -335,46 +294,79 @@ impl ContractModel {
             }
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
         }
-        (next != *state).then_some((next, observation))
-    }
-}
-
-impl stateright::Model for ContractModel {
-    type State = State;
-    type Action = Action;
-
-    fn init_states(&self) -> Vec<State> {
-        vec![self.initial_state()]
-    }
-
-    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        // A state that breaks a safety clause is where the story ends: exploring past a
-        // double free or a crash tells a reviewer nothing more.
-        if CLAUSES
-            .iter()
-            .any(|c| c.kind == Kind::Safety && !(c.holds)(&self.config, state))
-        {
-            return;
+        if next == *state {
+            return None;
         }
-        self.enabled_actions(state, actions)
+        if c.producer.lease {
+            self.note_rescue(state, &mut next, &action);
+        }
+        Some((next, observation))
     }
 
-    fn next_state(&self, state: &State, action: Action) -> Option<State> {
-        self.apply(state, action)
+    /// Whether `action` is an injected fault: everything a spec's `[faults]` table
+    /// injects, and the client's abort.
+    pub fn is_fault_action(&self, action: &Action) -> bool {
+        match *action {
+            Action::ClientAborts { .. }
+            | Action::DecoderCrashes { .. }
+            | Action::ReadFails { .. } => true,
+            Action::ReadCompletes {
+                notification_lost, ..
+            } => notification_lost,
+            Action::HandshakeCompletes { ok, .. } => !ok,
+            // A newly announced count is a behaviour the spec enables (`announced-count`),
+            // not an injected fault.
+            Action::PrefillEngineSteps { output_lost, .. } => output_lost,
+            Action::DecodeEngineSteps { output_lost } => output_lost,
+            Action::PrefillFinishes { .. }
+            | Action::PrefillWorkerLoads { .. }
+            | Action::LeaseExpires { .. }
+            | Action::DecodeAdmits { .. } => false,
+        }
     }
 
-    fn format_action(&self, action: &Action) -> String {
-        crate::describe::action(self, action)
-    }
-
-    fn properties(&self) -> Vec<stateright::Property<Self>> {
-        crate::stateright_properties::all()
+    /// Remembers, until P frees a request, whether a fault touched it and whether a
+    /// lease expired on it: a lease is the designed rescue from faults, and a free by a
+    /// lease alone hides a happy path that never completes ([`Incidents::FREED_BY_LEASE_ALONE`]).
+    fn note_rescue(&self, before: &State, next: &mut State, action: &Action) {
+        let expiry_of = |rank, r| lease::expiry_is_a_fault(&self.config, before, rank, r);
+        let faulted: Vec<RequestId> = match *action {
+            Action::LeaseExpires { rank, request } => {
+                let bits = if expiry_of(rank, request) {
+                    Request::LEASE_EXPIRED | Request::FAULTED
+                } else {
+                    Request::LEASE_EXPIRED
+                };
+                mark(next, request, bits);
+                return;
+            }
+            // A lost engine output may have carried any request's report.
+            Action::PrefillEngineSteps {
+                output_lost: true, ..
+            }
+            | Action::DecodeEngineSteps { output_lost: true } => {
+                (0..next.request_count() as RequestId).collect()
+            }
+            Action::ClientAborts { request }
+            | Action::DecoderCrashes { request }
+            | Action::ReadFails { request, .. }
+            | Action::ReadCompletes { request, .. }
+            | Action::HandshakeCompletes { request, .. }
+                if self.is_fault_action(action) =>
+            {
+                vec![request]
+            }
+            _ => Vec::new(),
+        };
+        for r in faulted {
+            mark(next, r, Request::FAULTED);
+        }
     }
 }
 
 impl crate::checker::Checkable for ContractModel {
-    fn expand_actions(&self, state: &State, actions: &mut Vec<Action>) {
-        self.enabled_actions(state, actions)
+    fn expand_actions(&self, state: &State, actions: &mut Vec<Action>) -> Result<(), u64> {
+        self.enabled_actions(state, actions, crate::checker::SUCCESSORS_MAX)
     }
 
     fn canonical(&self, state: State) -> State {
@@ -402,6 +394,14 @@ impl crate::checker::Checkable for ContractModel {
         )
     }
 
+    fn is_fault(&self, action: &Action) -> bool {
+        self.is_fault_action(action)
+    }
+
+    fn is_expiry(&self, action: &Action) -> bool {
+        matches!(action, Action::LeaseExpires { .. })
+    }
+
     fn clause_count(&self) -> usize {
         CLAUSES.len()
     }
@@ -416,5 +416,16 @@ impl crate::checker::Checkable for ContractModel {
 
     fn clause_holds(&self, clause: usize, state: &State) -> bool {
         (CLAUSES[clause].holds)(&self.config, state)
+    }
+}
+
+/// Sets `bits` of request `r`'s rescue record, unless P already freed its blocks.
+fn mark(state: &mut State, r: RequestId, bits: u8) {
+    let request = &mut state.requests[usize::from(r)];
+    if !matches!(
+        request.prefill,
+        PrefillPhase::Released | PrefillPhase::Dropped | PrefillPhase::AbortFreed
+    ) {
+        request.rescue |= bits;
     }
 }

@@ -1,4 +1,4 @@
-//! The offloading child's CPU stores under MultiConnector(NIXL, offloading) (contracts.md
+//! The offloading child's CPU stores under MultiConnector(NIXL, offloading) (docs/contracts.md
 //! §8; vLLM's offloading connector completes stores per job through worker metadata).
 //!
 //! Each P worker stores each delay-freed request on its own; the MultiConnector forwards
@@ -114,8 +114,19 @@ fn pending(config: &Config, state: &State) -> Vec<(Rank, RequestId)> {
 /// matters: any j of them lead to symmetric successors, which the checker identifies
 /// (and which, without its canonical form, still reach every symmetry class), so the
 /// first j in rank order stand for all.
-pub fn choices(config: &Config, state: &State) -> Vec<StoresDone> {
+///
+/// There are as many choices as the product of (class size + 1) over the classes, which
+/// grows combinatorially with pending stores that are not interchangeable; past
+/// `choices_max` none are generated and `Err` carries how many there would be (saturated
+/// at `u64::MAX`), so that one state cannot exhaust memory before any limit is checked.
+pub fn choices(config: &Config, state: &State, choices_max: u64) -> Result<Vec<StoresDone>, u64> {
     let classes = state.interchangeable_cells(&pending(config, state));
+    let count = classes
+        .iter()
+        .fold(1u64, |n, class| n.saturating_mul(class.len() as u64 + 1));
+    if count > choices_max {
+        return Err(count);
+    }
     let mut choices = vec![StoresDone::default()];
     for class in &classes {
         choices = choices
@@ -131,7 +142,7 @@ pub fn choices(config: &Config, state: &State) -> Vec<StoresDone> {
             })
             .collect();
     }
-    choices
+    Ok(choices)
 }
 
 /// The chosen stores complete, before the workers poll.

@@ -120,7 +120,7 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
                 | u8::from(q.aborted) << 7,
             q.send_meta.code(),
             q.recv_meta.code(),
-            q.emitted,
+            q.emitted | q.rescue << 4,
         ]);
     }
     for cell in &state.prefill {
@@ -153,7 +153,8 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
             aborted: b[0] & 1 << 7 != 0,
             send_meta: Metadata::decode(b[1]),
             recv_meta: Metadata::decode(b[2]),
-            emitted: b[3],
+            emitted: b[3] & 0x0f,
+            rescue: b[3] >> 4,
         })
         .collect();
     let n = requests.len();

@@ -1,4 +1,4 @@
-//! The completion contract (contracts.md §10), one named clause per way it can break.
+//! The completion contract (docs/contracts.md §10), one named clause per way it can break.
 //!
 //! Safety clauses must hold in every reachable state. Liveness clauses are checked where
 //! a run ends: the checker proves every explored graph acyclic (each transition grows
@@ -32,13 +32,14 @@ pub struct Clause {
     pub holds: fn(&Config, &State) -> bool,
 }
 
-pub const PROPERTIES: [&str; 9] = [
+pub const PROPERTIES: [&str; 10] = [
     "no-free-under-rdma",
     "quorum-sound",
     "exactly-once",
     "report-provenance",
     "recv-after-stable",
     "count-conserved",
+    "lease-rescues-faults-only",
     "eventually-freed",
     "eventually-woken",
     "aggregator-drains",
@@ -186,55 +187,188 @@ incident_free!(no_reopened_countdown, Incidents::REOPENED);
 incident_free!(no_duplicate_report, Incidents::STRICT_DUPLICATE);
 incident_free!(no_report_after_emission, Incidents::STRICT_AFTER_EMISSION);
 incident_free!(no_report_beyond_expected, Incidents::STRICT_BEYOND_EXPECTED);
+incident_free!(no_free_by_lease_alone, Incidents::FREED_BY_LEASE_ALONE);
+
+/// The clauses, each defined once: its property, name, kind, meaning and rule. Code
+/// that names a clause (conform's monitors, reports) uses these constants.
+pub const P_BLOCKS_FREED_UNDER_READ: Clause = Clause {
+    property: "no-free-under-rdma",
+    clause: "p-blocks-freed-under-read",
+    kind: Kind::Safety,
+    meaning: "P freed a request's KV blocks while a D read of them was in flight",
+    holds: p_blocks_free_only_after_reads,
+};
+pub const D_BLOCKS_FREED_UNDER_WRITE: Clause = Clause {
+    property: "no-free-under-rdma",
+    clause: "d-blocks-freed-under-write",
+    kind: Kind::Safety,
+    meaning: "D released a request's blocks while RDMA was still writing into them",
+    holds: d_blocks_free_only_after_writes,
+};
+pub const SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE: Clause = Clause { property: "quorum-sound", clause: "send-emitted-before-transfer-ranks-done", kind: Kind::Safety, meaning: "the aggregator emitted finished_sending before every P transfer rank was done with the request", holds: sends_emitted_after_transfer_ranks };
+pub const SEND_EMITTED_BEFORE_OFFLOAD_STORES_DONE: Clause = Clause {
+    property: "quorum-sound",
+    clause: "send-emitted-before-offload-stores-done",
+    kind: Kind::Safety,
+    meaning: "the aggregator emitted finished_sending before every worker's offload store finished",
+    holds: sends_emitted_after_stores,
+};
+pub const RECV_EMITTED_BEFORE_DECODERS_DONE: Clause = Clause {
+    property: "quorum-sound",
+    clause: "recv-emitted-before-decoders-done",
+    kind: Kind::Safety,
+    meaning:
+        "the aggregator emitted finished_recving before every D handle of the request had stopped",
+    holds: recvs_emitted_after_decoders,
+};
+pub const LOAD_EMITTED_BEFORE_WORKERS_DONE: Clause = Clause {
+    property: "quorum-sound",
+    clause: "load-emitted-before-workers-done",
+    kind: Kind::Safety,
+    meaning: "P's aggregator emitted a load before every P worker had loaded",
+    holds: loads_emitted_after_workers,
+};
+pub const EMITTED_TWICE: Clause = Clause {
+    property: "exactly-once",
+    clause: "emitted-twice",
+    kind: Kind::Safety,
+    meaning: "a request was emitted a second time in one direction",
+    holds: no_double_emission,
+};
+pub const EMITTED_FOR_UNKNOWN_REQUEST: Clause = Clause { property: "exactly-once", clause: "emitted-for-unknown-request", kind: Kind::Safety, meaning: "a scheduler received a completion for a request it no longer knows (vLLM asserts: engine crash)", holds: no_unknown_emission };
+pub const DUPLICATE_REPORT: Clause = Clause {
+    property: "exactly-once",
+    clause: "duplicate-report",
+    kind: Kind::Safety,
+    meaning:
+        "a rank reported the same request twice (the Strict aggregator refused the second report)",
+    holds: no_duplicate_report,
+};
+pub const REPORT_AFTER_EMISSION: Clause = Clause {
+    property: "exactly-once",
+    clause: "report-after-emission",
+    kind: Kind::Safety,
+    meaning:
+        "a rank of the emitted quorum reported the request again (refused by the Strict aggregator)",
+    holds: no_report_after_emission,
+};
+pub const SEND_WITHOUT_DELAYED_FREE: Clause = Clause {
+    property: "report-provenance",
+    clause: "send-without-delayed-free",
+    kind: Kind::Safety,
+    meaning: "a P worker reported a send for a request whose free was never delayed",
+    holds: no_send_without_delay,
+};
+pub const UNANNOUNCED_REPORT: Clause = Clause { property: "report-provenance", clause: "unannounced-report", kind: Kind::Safety, meaning: "the Strict aggregator got a report for an id the scheduler never announced or already forgot", holds: no_unannounced_report };
+pub const WOKEN_WHILE_HANDLE_IN_FLIGHT: Clause = Clause {
+    property: "recv-after-stable",
+    clause: "woken-while-handle-in-flight",
+    kind: Kind::Safety,
+    meaning: "D woke a request while one of its reads was still writing",
+    holds: woken_after_handles,
+};
+pub const FAILURE_REPORTED_AS_SUCCESS: Clause = Clause {
+    property: "recv-after-stable",
+    clause: "failure-reported-as-success",
+    kind: Kind::Safety,
+    meaning: "D woke a request as loaded although one of its handles failed",
+    holds: failures_not_reported_as_success,
+};
+pub const PREFILL_BEFORE_LOAD_COMPLETE: Clause = Clause {
+    property: "recv-after-stable",
+    clause: "prefill-before-load-complete",
+    kind: Kind::Safety,
+    meaning: "P started prefilling a request while a worker was still loading its KV",
+    holds: prefill_after_loads,
+};
+pub const COUNTDOWN_REOPENED: Clause = Clause {
+    property: "count-conserved",
+    clause: "countdown-reopened",
+    kind: Kind::Safety,
+    meaning:
+        "a countdown got more reports than it had room for: a stray report opened a fresh entry",
+    holds: no_reopened_countdown,
+};
+pub const REPORT_BEYOND_EXPECTED: Clause = Clause {
+    property: "count-conserved",
+    clause: "report-beyond-expected",
+    kind: Kind::Safety,
+    meaning: "the Strict aggregator refused a report from one reporter more than E",
+    holds: no_report_beyond_expected,
+};
+// A lease is the remedy for faults (a lost notification, a crashed or aborted
+// decoder); a request that P frees only by its lease in a run where no fault touched
+// it shows a happy path that never completes, which eventually-freed alone accepts.
+pub const FREED_ONLY_BY_LEASE_EXPIRY: Clause = Clause { property: "lease-rescues-faults-only", clause: "freed-only-by-lease-expiry", kind: Kind::Safety, meaning: "P freed a request's blocks only because a lease expired, though no injected fault touched the request", holds: no_free_by_lease_alone };
+pub const DELAY_FREED_REQUEST_NEVER_FREED: Clause = Clause {
+    property: "eventually-freed",
+    clause: "delay-freed-request-never-freed",
+    kind: Kind::Liveness,
+    meaning: "a delay-freed request's P blocks are never freed",
+    holds: no_delay_freed_left,
+};
+pub const LOADER_NEVER_WOKEN: Clause = Clause {
+    property: "eventually-woken",
+    clause: "loader-never-woken",
+    kind: Kind::Liveness,
+    meaning: "a request waits for remote KV on D forever",
+    holds: no_loader_left,
+};
+pub const ABORTED_LOADER_NEVER_FREED: Clause = Clause {
+    property: "eventually-woken",
+    clause: "aborted-loader-never-freed",
+    kind: Kind::Liveness,
+    meaning: "an aborted loader on D is never freed",
+    holds: no_aborted_loader_left,
+};
+pub const PREFILL_LOAD_NEVER_COMPLETES: Clause = Clause {
+    property: "eventually-woken",
+    clause: "prefill-load-never-completes",
+    kind: Kind::Liveness,
+    meaning: "a request waits for its own KV load on P forever",
+    holds: no_prefill_load_left,
+};
+pub const COUNTDOWN_LEFT_OPEN: Clause = Clause {
+    property: "aggregator-drains",
+    clause: "countdown-left-open",
+    kind: Kind::Liveness,
+    meaning: "an aggregator countdown is never removed",
+    holds: no_countdown_left,
+};
+pub const FAILURE_LEFT_PENDING: Clause = Clause {
+    property: "aggregator-drains",
+    clause: "failure-left-pending",
+    kind: Kind::Liveness,
+    meaning: "a failed load waits in the aggregator forever",
+    holds: no_failure_left,
+};
 
 /// Every clause, safety first, in a fixed order (counterexamples are reported in it).
 pub const CLAUSES: &[Clause] = &[
-    Clause { property: "no-free-under-rdma", clause: "p-blocks-freed-under-read", kind: Kind::Safety,
-        meaning: "P freed a request's KV blocks while a D read of them was in flight", holds: p_blocks_free_only_after_reads },
-    Clause { property: "no-free-under-rdma", clause: "d-blocks-freed-under-write", kind: Kind::Safety,
-        meaning: "D released a request's blocks while RDMA was still writing into them", holds: d_blocks_free_only_after_writes },
-    Clause { property: "quorum-sound", clause: "send-emitted-before-transfer-ranks-done", kind: Kind::Safety,
-        meaning: "the aggregator emitted finished_sending before every P transfer rank was done with the request", holds: sends_emitted_after_transfer_ranks },
-    Clause { property: "quorum-sound", clause: "send-emitted-before-offload-stores-done", kind: Kind::Safety,
-        meaning: "the aggregator emitted finished_sending before every worker's offload store finished", holds: sends_emitted_after_stores },
-    Clause { property: "quorum-sound", clause: "recv-emitted-before-decoders-done", kind: Kind::Safety,
-        meaning: "the aggregator emitted finished_recving before every D handle of the request had stopped", holds: recvs_emitted_after_decoders },
-    Clause { property: "quorum-sound", clause: "load-emitted-before-workers-done", kind: Kind::Safety,
-        meaning: "P's aggregator emitted a load before every P worker had loaded", holds: loads_emitted_after_workers },
-    Clause { property: "exactly-once", clause: "emitted-twice", kind: Kind::Safety,
-        meaning: "a request was emitted a second time in one direction", holds: no_double_emission },
-    Clause { property: "exactly-once", clause: "emitted-for-unknown-request", kind: Kind::Safety,
-        meaning: "a scheduler received a completion for a request it no longer knows (vLLM asserts: engine crash)", holds: no_unknown_emission },
-    Clause { property: "exactly-once", clause: "duplicate-report", kind: Kind::Safety,
-        meaning: "a rank reported the same request twice (the Strict aggregator refused the second report)", holds: no_duplicate_report },
-    Clause { property: "exactly-once", clause: "report-after-emission", kind: Kind::Safety,
-        meaning: "a rank of the emitted quorum reported the request again (refused by the Strict aggregator)", holds: no_report_after_emission },
-    Clause { property: "report-provenance", clause: "send-without-delayed-free", kind: Kind::Safety,
-        meaning: "a P worker reported a send for a request whose free was never delayed", holds: no_send_without_delay },
-    Clause { property: "report-provenance", clause: "unannounced-report", kind: Kind::Safety,
-        meaning: "the Strict aggregator got a report for an id the scheduler never announced or already forgot", holds: no_unannounced_report },
-    Clause { property: "recv-after-stable", clause: "woken-while-handle-in-flight", kind: Kind::Safety,
-        meaning: "D woke a request while one of its reads was still writing", holds: woken_after_handles },
-    Clause { property: "recv-after-stable", clause: "failure-reported-as-success", kind: Kind::Safety,
-        meaning: "D woke a request as loaded although one of its handles failed", holds: failures_not_reported_as_success },
-    Clause { property: "recv-after-stable", clause: "prefill-before-load-complete", kind: Kind::Safety,
-        meaning: "P started prefilling a request while a worker was still loading its KV", holds: prefill_after_loads },
-    Clause { property: "count-conserved", clause: "countdown-reopened", kind: Kind::Safety,
-        meaning: "a countdown got more reports than it had room for: a stray report opened a fresh entry", holds: no_reopened_countdown },
-    Clause { property: "count-conserved", clause: "report-beyond-expected", kind: Kind::Safety,
-        meaning: "the Strict aggregator refused a report from one reporter more than E", holds: no_report_beyond_expected },
-    Clause { property: "eventually-freed", clause: "delay-freed-request-never-freed", kind: Kind::Liveness,
-        meaning: "a delay-freed request's P blocks are never freed", holds: no_delay_freed_left },
-    Clause { property: "eventually-woken", clause: "loader-never-woken", kind: Kind::Liveness,
-        meaning: "a request waits for remote KV on D forever", holds: no_loader_left },
-    Clause { property: "eventually-woken", clause: "aborted-loader-never-freed", kind: Kind::Liveness,
-        meaning: "an aborted loader on D is never freed", holds: no_aborted_loader_left },
-    Clause { property: "eventually-woken", clause: "prefill-load-never-completes", kind: Kind::Liveness,
-        meaning: "a request waits for its own KV load on P forever", holds: no_prefill_load_left },
-    Clause { property: "aggregator-drains", clause: "countdown-left-open", kind: Kind::Liveness,
-        meaning: "an aggregator countdown is never removed", holds: no_countdown_left },
-    Clause { property: "aggregator-drains", clause: "failure-left-pending", kind: Kind::Liveness,
-        meaning: "a failed load waits in the aggregator forever", holds: no_failure_left },
+    P_BLOCKS_FREED_UNDER_READ,
+    D_BLOCKS_FREED_UNDER_WRITE,
+    SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE,
+    SEND_EMITTED_BEFORE_OFFLOAD_STORES_DONE,
+    RECV_EMITTED_BEFORE_DECODERS_DONE,
+    LOAD_EMITTED_BEFORE_WORKERS_DONE,
+    EMITTED_TWICE,
+    EMITTED_FOR_UNKNOWN_REQUEST,
+    DUPLICATE_REPORT,
+    REPORT_AFTER_EMISSION,
+    SEND_WITHOUT_DELAYED_FREE,
+    UNANNOUNCED_REPORT,
+    WOKEN_WHILE_HANDLE_IN_FLIGHT,
+    FAILURE_REPORTED_AS_SUCCESS,
+    PREFILL_BEFORE_LOAD_COMPLETE,
+    COUNTDOWN_REOPENED,
+    REPORT_BEYOND_EXPECTED,
+    FREED_ONLY_BY_LEASE_EXPIRY,
+    DELAY_FREED_REQUEST_NEVER_FREED,
+    LOADER_NEVER_WOKEN,
+    ABORTED_LOADER_NEVER_FREED,
+    PREFILL_LOAD_NEVER_COMPLETES,
+    COUNTDOWN_LEFT_OPEN,
+    FAILURE_LEFT_PENDING,
 ];
 
 /// Does `state` keep every safety clause? A run stops at the first state that does not:

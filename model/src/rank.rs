@@ -1,4 +1,4 @@
-//! P workers (NIXL's producer side, nixl `*_worker.py`; contracts.md §6).
+//! P workers (NIXL's producer side, nixl `*_worker.py`; docs/contracts.md §6).
 //!
 //! A transfer rank counts D notifications for a request and reports it as sent once it
 //! has as many as D promised (`request_id:expected_consumers`), or when its lease expires.

@@ -1,4 +1,4 @@
-//! The schedulers of P and D (v1/core/sched/scheduler.py; contracts.md §5).
+//! The schedulers of P and D (v1/core/sched/scheduler.py; docs/contracts.md §5).
 //!
 //! P: a finished request's free is delayed (`request_finished` returned True) until the id
 //! comes back in aggregated `finished_sending`; a second or unknown id would crash the
@@ -86,7 +86,7 @@ pub fn prefill_steps(config: &Config, state: &State) -> bool {
     state.requests.iter().any(|q| match q.prefill {
         PrefillPhase::Prefilling => true,
         PrefillPhase::LoadingKv | PrefillPhase::DelayFreed => {
-            config.scheduler.stepping == Stepping::KeepStepping
+            config.scheduler.stepping_of(true) == Stepping::KeepStepping
         }
         _ => false,
     })
@@ -95,7 +95,7 @@ pub fn prefill_steps(config: &Config, state: &State) -> bool {
 /// Does D's engine step at all? Decoding requests are not modelled past their wake-up, so
 /// under `idle` stepping D never steps for its waiting requests.
 pub fn decode_steps(config: &Config, state: &State) -> bool {
-    config.scheduler.stepping == Stepping::KeepStepping
+    config.scheduler.stepping_of(false) == Stepping::KeepStepping
         && state
             .requests
             .iter()
@@ -113,6 +113,11 @@ pub fn on_prefill_outcome(state: &mut State, outcome: &StepOutcome<RequestId>) {
         let request = &mut state.requests[usize::from(r)];
         if request.prefill == PrefillPhase::DelayFreed {
             request.prefill = PrefillPhase::Released;
+            if request.rescue == Request::LEASE_EXPIRED {
+                state.incidents.set(Incidents::FREED_BY_LEASE_ALONE);
+            }
+            // Judged: forget it, so that states differing only there merge again.
+            state.requests[usize::from(r)].rescue = 0;
         } else {
             state.incidents.set(Incidents::SEND_FOR_UNKNOWN);
         }

@@ -161,6 +161,9 @@ impl Incidents {
     pub const STRICT_UNANNOUNCED: u16 = 1 << 8;
     /// P's loads emitted for a request no longer loading.
     pub const LOAD_FOR_UNKNOWN: u16 = 1 << 9;
+    /// P freed a request's blocks only because a lease expired, and no injected fault
+    /// touched the request: the happy path never completed, and the lease hid it.
+    pub const FREED_BY_LEASE_ALONE: u16 = 1 << 10;
 
     pub fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
@@ -185,12 +188,19 @@ pub struct Request {
     pub aborted: bool,
     /// Emissions so far: bit 0 sends (P), bit 1 loads (P), bit 2 receives (D).
     pub emitted: u8,
+    /// How a lease came to free it, kept (with leases on) until P frees its blocks:
+    /// [`Request::FAULTED`], [`Request::LEASE_EXPIRED`].
+    pub rescue: u8,
 }
 
 impl Request {
     pub const EMITTED_SEND: u8 = 1;
     pub const EMITTED_LOAD: u8 = 2;
     pub const EMITTED_RECV: u8 = 4;
+    /// An injected fault touched the request (its own, or a lost engine output).
+    pub const FAULTED: u8 = 1;
+    /// A P rank's lease on it expired.
+    pub const LEASE_EXPIRED: u8 = 2;
 }
 
 /// Where the symmetric blocks of a topology are. Shared by all states of a model and

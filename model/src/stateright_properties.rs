@@ -1,12 +1,15 @@
-//! The contract clauses as stateright properties, for the web explorer and for
-//! cross-checking kvcc's checker against stateright's own.
+//! [`ContractModel`] as a stateright `Model` — the interface kvcc's checker, stateright's
+//! own checkers and its web explorer all drive — with the contract clauses as its
+//! properties, for the explorer and for cross-checking kvcc's checker against
+//! stateright's.
 //!
-//! stateright wants `fn` pointers and `'static` names, so each clause gets a small
-//! generated wrapper. A liveness clause becomes "always: where a run may end (no action
+//! stateright wants `fn` pointers and `'static` names: each clause gets a generic wrapper
+//! and its name comes from the registry, built once. A liveness clause becomes "always: where a run may end (no action
 //! fairness forces), the obligation is met" — the meaning kvcc gives it on an acyclic
 //! graph. stateright's own
 //! `eventually` is not used: it is checked only at dead ends and can be satisfied early.
 
+use crate::action::Action;
 use crate::checker::forced_step;
 use crate::model::ContractModel;
 use crate::properties::{Kind, CLAUSES};
@@ -20,51 +23,125 @@ fn holds(index: usize, model: &ContractModel, state: &State) -> bool {
             && (forced_step(model, state) || !crate::properties::safe(&model.config, state)))
 }
 
-macro_rules! clause_properties {
-    ($($index:literal => $name:literal),* $(,)?) => {
-        /// One stateright property per clause, named `property: clause`.
-        pub fn all() -> Vec<Property<ContractModel>> {
-            $(
-                debug_assert_eq!(
-                    $name,
-                    format!("{}: {}", CLAUSES[$index].property, CLAUSES[$index].clause)
-                );
-            )*
-            vec![$(Property::always($name, |m: &ContractModel, s: &State| holds($index, m, s))),*]
+impl stateright::Model for ContractModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial_state()]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        // A state that breaks a safety clause is where the story ends: exploring past a
+        // double free or a crash tells a reviewer nothing more.
+        if CLAUSES
+            .iter()
+            .any(|c| c.kind == Kind::Safety && !(c.holds)(&self.config, state))
+        {
+            return;
         }
-    };
+        // stateright's explorer and the cross-checks run small specs; a state past the
+        // cap shows its other actions only (kvcc's checker reports the cap instead).
+        let _ = self.enabled_actions(state, actions, crate::checker::SUCCESSORS_MAX);
+        // An action that would change nothing is not a transition: the explorer offers
+        // only steps that go somewhere.
+        actions.retain(|&a| self.apply(state, a).is_some());
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        self.apply(state, action)
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        crate::describe::action(self.topology, action)
+    }
+
+    fn properties(&self) -> Vec<stateright::Property<Self>> {
+        all()
+    }
 }
 
-clause_properties! {
-    0 => "no-free-under-rdma: p-blocks-freed-under-read",
-    1 => "no-free-under-rdma: d-blocks-freed-under-write",
-    2 => "quorum-sound: send-emitted-before-transfer-ranks-done",
-    3 => "quorum-sound: send-emitted-before-offload-stores-done",
-    4 => "quorum-sound: recv-emitted-before-decoders-done",
-    5 => "quorum-sound: load-emitted-before-workers-done",
-    6 => "exactly-once: emitted-twice",
-    7 => "exactly-once: emitted-for-unknown-request",
-    8 => "exactly-once: duplicate-report",
-    9 => "exactly-once: report-after-emission",
-    10 => "report-provenance: send-without-delayed-free",
-    11 => "report-provenance: unannounced-report",
-    12 => "recv-after-stable: woken-while-handle-in-flight",
-    13 => "recv-after-stable: failure-reported-as-success",
-    14 => "recv-after-stable: prefill-before-load-complete",
-    15 => "count-conserved: countdown-reopened",
-    16 => "count-conserved: report-beyond-expected",
-    17 => "eventually-freed: delay-freed-request-never-freed",
-    18 => "eventually-woken: loader-never-woken",
-    19 => "eventually-woken: aborted-loader-never-freed",
-    20 => "eventually-woken: prefill-load-never-completes",
-    21 => "aggregator-drains: countdown-left-open",
-    22 => "aggregator-drains: failure-left-pending",
+/// Clause `I`'s rule as the `fn` pointer stateright wants.
+fn holds_at<const I: usize>(model: &ContractModel, state: &State) -> bool {
+    holds(I, model, state)
+}
+
+/// One wrapper per clause of the registry, in its order; the length is checked at
+/// compile time, so a clause added to `CLAUSES` without a wrapper does not build.
+const RULES: [fn(&ContractModel, &State) -> bool; 24] = [
+    holds_at::<0>,
+    holds_at::<1>,
+    holds_at::<2>,
+    holds_at::<3>,
+    holds_at::<4>,
+    holds_at::<5>,
+    holds_at::<6>,
+    holds_at::<7>,
+    holds_at::<8>,
+    holds_at::<9>,
+    holds_at::<10>,
+    holds_at::<11>,
+    holds_at::<12>,
+    holds_at::<13>,
+    holds_at::<14>,
+    holds_at::<15>,
+    holds_at::<16>,
+    holds_at::<17>,
+    holds_at::<18>,
+    holds_at::<19>,
+    holds_at::<20>,
+    holds_at::<21>,
+    holds_at::<22>,
+    holds_at::<23>,
+];
+const _: () = assert!(RULES.len() == CLAUSES.len());
+
+/// A clause's name in the explorer, from the registry: `property: clause`, and for a
+/// liveness clause what stateright's "always" means for it.
+pub fn name(clause: usize) -> &'static str {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        CLAUSES
+            .iter()
+            .map(|c| {
+                let name = match c.kind {
+                    Kind::Safety => format!("{}: {}", c.property, c.clause),
+                    Kind::Liveness => format!(
+                        "{}: {} (liveness: met wherever a run may end)",
+                        c.property, c.clause
+                    ),
+                };
+                &*Box::leak(name.into_boxed_str())
+            })
+            .collect()
+    })[clause]
+}
+
+/// One stateright property per clause, named by [`name`].
+pub fn all() -> Vec<Property<ContractModel>> {
+    RULES
+        .iter()
+        .enumerate()
+        .map(|(i, &rule)| Property::always(name(i), rule))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn one_property_per_clause_in_order() {
-        assert_eq!(super::all().len(), super::CLAUSES.len());
+        assert_eq!(all().len(), CLAUSES.len());
+        for (i, clause) in CLAUSES.iter().enumerate() {
+            let name = name(i);
+            assert!(name.starts_with(&format!("{}: {}", clause.property, clause.clause)));
+            // Issue 11: the explorer labels liveness as liveness, and only liveness.
+            assert_eq!(
+                name.contains("(liveness"),
+                clause.kind == Kind::Liveness,
+                "{name}"
+            );
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Who reads whom: the facts a [`Config`] implies (contracts.md §2, §6, §7).
+//! Who reads whom: the facts a [`Config`] implies (docs/contracts.md §2, §6, §7).
 //!
 //! P ranks are numbered `pcp_rank * (tp * pp) + pp_rank * tp + tp_rank`. A P rank is a
 //! *transfer rank* when it serves reads: PCP rank 0 under the replicated layout, every
@@ -46,6 +46,9 @@ pub struct Topology {
     pub prefill_announced: Option<u32>,
     /// `E` of D's aggregator.
     pub decode_expected: u32,
+    /// Whether a transfer rank arms a lease when the send metadata arrives
+    /// (`producer.lease`): traces say "lease armed" only then.
+    pub leases: bool,
 }
 
 impl Topology {
@@ -142,7 +145,7 @@ impl Topology {
             }
         };
         // MultiConnector: the offloading child's count is None, so the whole count is None
-        // and the aggregator falls back to world_size (contracts.md §8).
+        // and the aggregator falls back to world_size (docs/contracts.md §8).
         let multi = config.connector == Connector::MultiOffload;
         let prefill_expected = if multi {
             u32::from(prefill_world)
@@ -166,6 +169,7 @@ impl Topology {
             groups,
             prefill_expected,
             prefill_announced,
+            leases: config.producer.lease,
             decode_expected,
         }
     }

@@ -24,16 +24,20 @@ fn ours(
             threads,
             symmetry,
             limits: Limits::default(),
+            // These tests compare with stateright's BFS, which finds shortest paths.
+            shortest: true,
+            exact: false,
             progress: None,
         },
     )
 }
 
+/// The violated clauses, named as the stateright adapter names them.
 fn violated_clauses(report: &kvcc_model::checker::Report<ContractModel>) -> BTreeSet<String> {
     report
         .counterexamples
         .iter()
-        .map(|c| c.name.clone())
+        .map(|c| kvcc_model::stateright_properties::name(c.clause).to_string())
         .collect()
 }
 
@@ -252,6 +256,8 @@ fn a_limit_makes_the_run_inconclusive_never_a_pass() {
                 threads: 2,
                 symmetry: true,
                 limits,
+                shortest: false,
+                exact: false,
                 progress: None,
             },
         )
@@ -289,7 +295,7 @@ fn a_limit_makes_the_run_inconclusive_never_a_pass() {
     let enough = limited(Limits {
         max_states: Some(1_000_000),
         max_depth: Some(100),
-        timeout: None,
+        ..Limits::default()
     });
     assert!(
         matches!(enough.verdict, Verdict::Holds),
@@ -380,4 +386,234 @@ fn clause_kinds_are_as_documented() {
             "{name}"
         );
     }
+}
+
+/// A wide test model: the initial state has `fan` successors, each a dead end; the
+/// successor numbered `panics_at` (if any) makes `next_state` panic.
+#[derive(Clone)]
+struct Fan {
+    fan: u32,
+    panics_at: Option<u32>,
+}
+
+impl Model for Fan {
+    type State = u32;
+    type Action = u32;
+
+    fn init_states(&self) -> Vec<u32> {
+        vec![0]
+    }
+
+    fn actions(&self, state: &u32, actions: &mut Vec<u32>) {
+        match *state {
+            0 => actions.extend(1..=self.fan),
+            // One more level, so that the panicking state is expanded among many.
+            s if s <= self.fan => actions.push(s + self.fan),
+            _ => {}
+        }
+    }
+
+    fn next_state(&self, _: &u32, action: u32) -> Option<u32> {
+        if self.panics_at == Some(action) {
+            panic!("next_state panics on {action}");
+        }
+        Some(action)
+    }
+}
+
+impl Checkable for Fan {
+    fn canonical(&self, state: u32) -> u32 {
+        state
+    }
+    fn pack(&self, state: &u32, out: &mut Vec<u8>) {
+        out.extend(state.to_le_bytes());
+    }
+    fn unpack(&self, bytes: &[u8]) -> u32 {
+        u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+    }
+    fn progress(&self, state: &u32) -> u64 {
+        u64::from(*state)
+    }
+    fn is_optional(&self, _: &u32) -> bool {
+        false
+    }
+    fn clause_count(&self) -> usize {
+        1
+    }
+    fn clause_kind(&self, _: usize) -> Kind {
+        Kind::Safety
+    }
+    fn clause_name(&self, _: usize) -> String {
+        "exactly-once: fan".into()
+    }
+    fn clause_holds(&self, _: usize, _: &u32) -> bool {
+        true
+    }
+}
+
+fn fan_options(threads: usize, limits: Limits) -> Options {
+    Options {
+        threads,
+        symmetry: false,
+        limits,
+        shortest: false,
+        exact: false,
+        progress: None,
+    }
+}
+
+#[test]
+fn issue16_too_many_successors_is_inconclusive_not_a_panic() {
+    for threads in [1, 2] {
+        let wide = Fan {
+            fan: 70_000,
+            panics_at: None,
+        };
+        let report = check(&wide, &fan_options(threads, Limits::default()));
+        match report.verdict {
+            Verdict::Inconclusive(Cutoff::Successors { count, depth }) => {
+                assert_eq!(count, 70_000);
+                assert_eq!(depth, 0);
+            }
+            other => panic!("{threads} threads: {other:?}"),
+        }
+        // At the cap itself every successor is numbered and the search completes.
+        let at_cap = Fan {
+            fan: 1 << 16,
+            panics_at: None,
+        };
+        let report = check(&at_cap, &fan_options(threads, Limits::default()));
+        assert!(
+            matches!(report.verdict, Verdict::Holds),
+            "{:?}",
+            report.verdict
+        );
+        assert_eq!(report.unique_states, 1 + 2 * (1 << 16));
+    }
+}
+
+#[test]
+fn issue16_the_state_limit_stops_at_exactly_that_many() {
+    let fan = Fan {
+        fan: 5_000,
+        panics_at: None,
+    };
+    for threads in [1, 2] {
+        let limits = Limits {
+            max_states: Some(7_000),
+            ..Limits::default()
+        };
+        let report = check(&fan, &fan_options(threads, limits));
+        assert!(
+            matches!(report.verdict, Verdict::Inconclusive(Cutoff::States(7_000))),
+            "{:?}",
+            report.verdict
+        );
+        assert_eq!(report.unique_states, 7_000);
+        // Its twin: the exact total is not a cut.
+        let limits = Limits {
+            max_states: Some(10_001),
+            ..Limits::default()
+        };
+        let report = check(&fan, &fan_options(threads, limits));
+        assert!(
+            matches!(report.verdict, Verdict::Holds),
+            "{:?}",
+            report.verdict
+        );
+        // One state fewer than there are is a cut, even in the last level (a level-end
+        // check let the last level pass).
+        let limits = Limits {
+            max_states: Some(10_000),
+            ..Limits::default()
+        };
+        let report = check(&fan, &fan_options(threads, limits));
+        assert!(
+            matches!(
+                report.verdict,
+                Verdict::Inconclusive(Cutoff::States(10_000))
+            ),
+            "{:?}",
+            report.verdict
+        );
+    }
+}
+
+#[test]
+fn issue16_a_panicking_worker_stops_the_search_and_the_panic_reaches_the_caller() {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let fan = Fan {
+            fan: 20_000,
+            panics_at: Some(20_000 + 3),
+        };
+        let outcome = std::panic::catch_unwind(|| check(&fan, &fan_options(2, Limits::default())));
+        let message = match outcome {
+            Ok(_) => "no panic".to_string(),
+            Err(payload) => payload
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let _ = sender.send(message);
+    });
+    let message = receiver
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the search ends: a panicking worker must not hang the others");
+    assert_eq!(message, "next_state panics on 20003");
+}
+
+/// Issue 14: `--exact` compares states in full and explores exactly what fingerprints
+/// alone do (the collision it would catch is pinned by `exact.rs`'s unit test: no two
+/// real states are known to share a 64-bit fingerprint).
+#[test]
+fn issue14_exact_gives_the_same_counts() {
+    for (pcp, tp) in [(2, 1), (4, 2)] {
+        let model = ContractModel::new(fix(pcp, tp));
+        let options = |exact| Options {
+            threads: 2,
+            exact,
+            ..Options::default()
+        };
+        let plain = check(&model, &options(false));
+        let exact = check(&model, &options(true));
+        assert_eq!(plain.unique_states, exact.unique_states);
+        assert_eq!(plain.transitions, exact.transitions);
+        assert!(
+            matches!(exact.verdict, Verdict::Holds),
+            "{:?}",
+            exact.verdict
+        );
+        assert_eq!(exact.collision_probability(), None);
+        assert!(plain.collision_probability().unwrap() > 0.0);
+    }
+}
+
+/// Issue 11: the explorer offers only steps that go somewhere — the model enables
+/// actions that change nothing (the twin), the stateright adapter filters them.
+#[test]
+fn issue11_the_explorer_offers_only_actions_that_change_the_state() {
+    let model = ContractModel::new(fix(2, 1));
+    let mut frontier = vec![model.initial_state()];
+    let mut seen = BTreeSet::new();
+    let mut unchanged_enabled = 0;
+    while let Some(state) = frontier.pop() {
+        if !seen.insert(state.clone()) {
+            continue;
+        }
+        let mut offered = Vec::new();
+        model.actions(&state, &mut offered);
+        let mut enabled = Vec::new();
+        model
+            .enabled_actions(&state, &mut enabled, u64::MAX)
+            .unwrap();
+        let safe = kvcc_model::properties::safe(&model.config, &state);
+        for action in &enabled {
+            let changes = model.apply(&state, *action).is_some();
+            unchanged_enabled += usize::from(!changes);
+            assert_eq!(offered.contains(action), changes && safe, "{action:?}");
+        }
+        frontier.extend(offered.iter().filter_map(|&a| model.apply(&state, a)));
+    }
+    assert!(unchanged_enabled > 0, "the model does enable no-op actions");
 }

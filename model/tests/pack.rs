@@ -20,7 +20,9 @@ fn reachable(model: &ContractModel, limit: usize) -> Vec<State> {
             continue;
         }
         actions.clear();
-        model.enabled_actions(&state, &mut actions);
+        model
+            .enabled_actions(&state, &mut actions, u64::MAX)
+            .expect("no cap");
         queue.extend(actions.iter().filter_map(|&a| model.apply(&state, a)));
         states.push(state);
     }

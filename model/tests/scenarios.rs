@@ -39,6 +39,34 @@ fn pr59325_regression_leaks_with_a_named_witness() {
         "eventually-freed: delay-freed-request-never-freed"
     );
     let witness: Vec<&str> = leak.steps.iter().map(|(a, _)| action_name(a)).collect();
+    // The PR's own story, with no fault and no lease expiry (the cheapest counterexample;
+    // the shortest one is the fault story below).
+    assert_eq!(
+        witness,
+        [
+            "PrefillFinishes",
+            "DecodeAdmits",
+            "DecodeEngineSteps",
+            "ReadCompletes",
+            "PrefillEngineSteps",
+            "DecodeEngineSteps"
+        ],
+        "finish, D admits and reads, rank 0 is notified and reports while the replica's \
+         synthetic report is cleared: one report of the two E needs, forever"
+    );
+    assert_eq!((leak.cost.faults, leak.cost.expiries), (0, 0));
+    let shortest = check(
+        &ContractModel::new(regression(2, 1)),
+        &Options {
+            shortest: true,
+            ..Options::default()
+        },
+    );
+    let witness: Vec<&str> = shortest.counterexamples[0]
+        .steps
+        .iter()
+        .map(|(a, _)| action_name(a))
+        .collect();
     assert_eq!(
         witness,
         [
@@ -48,8 +76,8 @@ fn pr59325_regression_leaks_with_a_named_witness() {
             "LeaseExpires",
             "PrefillEngineSteps"
         ],
-        "finish, the client aborts so D never reads, the replica's synthetic report is cleared, \
-         rank 0's lease expires and reports: one report of the two E needs, forever"
+        "--shortest: finish, the client aborts so D never reads, the replica's synthetic \
+         report is cleared, rank 0's lease expires and reports"
     );
 }
 

@@ -1,7 +1,7 @@
 //! `kvcc check` end to end: verdicts against expectations, every exit code, every output
 //! format. Fixtures are in tests/fixtures/ (single request, tp = 1, pcp = 2: fast).
 
-use crate::common::{error_at, fixture, kvcc, line_of, output, run};
+use crate::common::{error_at, fixture, kvcc, line_of, output, root, run};
 
 #[test]
 fn seed_59325_regression_and_fix_check_as_expected_exit_0() {
@@ -101,7 +101,7 @@ fn issue_4_typo_exits_2_naming_file_line_and_field() {
 fn typo_in_a_nested_table_names_the_full_field_path() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pcq.toml");
-    let text = std::fs::read_to_string(crate::common::root().join(fixture("seed-59325.toml")))
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325.toml")))
         .unwrap()
         .replace("pcp = 2", "pcq = 2");
     std::fs::write(&file, &text).unwrap();
@@ -157,10 +157,9 @@ fn malformed_toml_exits_2_with_position() {
 fn matrix_value_errors_point_at_the_matrix_entry() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("zero.toml");
-    let text =
-        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
-            .unwrap()
-            .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
     std::fs::write(&file, &text).unwrap();
     let line = text
         .lines()
@@ -184,9 +183,7 @@ fn matrix_value_errors_point_at_the_matrix_entry() {
 #[test]
 fn bad_matrix_path_and_bad_property_name_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let base =
-        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
-            .unwrap();
+    let base = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml"))).unwrap();
     for (from, to, want) in [
         (
             "\"prefill.pcp\" = [1, 2, 4]",
@@ -378,13 +375,12 @@ fn github_actions_get_annotations_at_the_expect_line_and_a_summary() {
 fn expect_when_mismatch_is_annotated_at_its_own_line() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("when.toml");
-    let text =
-        std::fs::read_to_string(crate::common::root().join(fixture("seed-59325-matrix.toml")))
-            .unwrap()
-            .replace(
-                "match = { \"prefill.pcp\" = 1 }",
-                "match = { \"prefill.pcp\" = 2 }",
-            );
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace(
+            "match = { \"prefill.pcp\" = 1 }",
+            "match = { \"prefill.pcp\" = 2 }",
+        );
     std::fs::write(&file, &text).unwrap();
     let line = text
         .lines()
@@ -422,7 +418,7 @@ fn shipped_specs_check_as_expected() {
 fn a_misspelt_spec_table_is_an_unknown_field_not_a_missing_expect() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("expected.toml");
-    let text = std::fs::read_to_string(crate::common::root().join(fixture("seed-59325.toml")))
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325.toml")))
         .unwrap()
         .replace("[expect]", "[expected]");
     std::fs::write(&file, &text).unwrap();
@@ -456,11 +452,7 @@ fn a_spec_named_twice_is_checked_once_and_two_specs_may_not_share_a_name() {
     assert!(stdout.contains("1 check: 1 as expected"), "{stdout}");
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("seed-59325.toml");
-    std::fs::copy(
-        crate::common::root().join(fixture("seed-59325.toml")),
-        &copy,
-    )
-    .unwrap();
+    std::fs::copy(root().join(fixture("seed-59325.toml")), &copy).unwrap();
     let (code, _, stderr) = run(&["check", &fixture("seed-59325.toml"), copy.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
@@ -502,4 +494,110 @@ fn long_matrix_points_keep_trace_names_short_and_distinct() {
     assert!(a.len() <= 120, "{a}");
     assert_ne!(a, b);
     assert_eq!(a, long(1).file_label(), "deterministic");
+}
+
+/// Issue 12: reviewers know "at least this one" or "one of these" as often as the exact
+/// set; `violates` stays exact.
+#[test]
+fn issue12_violates_all_and_violates_any_expectations() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325.toml"))).unwrap();
+    let exact = "violates = [\"eventually-freed\", \"aggregator-drains\"]";
+    assert!(text.contains(exact), "{text}");
+    for (expect, code) in [
+        (exact, 0),
+        ("violates = [\"eventually-freed\"]", 1),
+        ("violates-all = [\"eventually-freed\"]", 0),
+        (
+            "violates-all = [\"eventually-freed\", \"no-free-under-rdma\"]",
+            1,
+        ),
+        (
+            "violates-any = [\"no-free-under-rdma\", \"aggregator-drains\"]",
+            0,
+        ),
+        (
+            "violates-any = [\"no-free-under-rdma\", \"exactly-once\"]",
+            1,
+        ),
+    ] {
+        let spec = dir.path().join("expect.toml");
+        std::fs::write(&spec, text.replace(exact, expect)).unwrap();
+        let (got, stdout, stderr) = run(&["check", spec.to_str().unwrap()]);
+        assert_eq!(got, code, "{expect}: {stdout}{stderr}");
+    }
+    let spec = dir.path().join("both.toml");
+    std::fs::write(
+        &spec,
+        text.replace(
+            exact,
+            &format!("{exact}\nviolates-any = [\"exactly-once\"]"),
+        ),
+    )
+    .unwrap();
+    let (got, _, stderr) = run(&["check", spec.to_str().unwrap()]);
+    assert_eq!(got, 2);
+    assert!(
+        stderr.contains("expect.violates-any: give one of"),
+        "{stderr}"
+    );
+}
+
+/// Issue 14: every holds verdict says what its fingerprints could hide, and `--exact`
+/// (states compared in full) explores the same states on every shipped spec.
+#[test]
+fn issue14_holds_shows_the_collision_estimate_and_exact_agrees() {
+    let lines = |args: &[&str]| -> Vec<serde_json::Value> {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let plain = lines(&["check", "--format", "json"]);
+    let exact = lines(&["check", "--format", "json", "--exact"]);
+    assert_eq!(plain.len(), exact.len());
+    for (p, e) in plain.iter().zip(&exact) {
+        assert_eq!(p["unique_states"], e["unique_states"], "{}", p["spec"]);
+        assert_eq!(p["verdict"], e["verdict"], "{}", p["spec"]);
+        assert_eq!(p["fingerprint_bits"], 64);
+        let chance = p["collision_probability"].as_f64().unwrap();
+        assert!(chance > 0.0 && chance < 1e-9, "{chance}");
+        assert!(e["collision_probability"].is_null());
+        assert!(e["fingerprint_bits"].is_null());
+    }
+    let (_, table, _) = run(&["check"]);
+    assert!(
+        table.contains("holds verdicts rest on 64-bit state fingerprints: the chance a collision hid a state is at most"),
+        "{table}"
+    );
+    let (_, table, _) = run(&["check", "--exact"]);
+    assert!(
+        table.contains("compared every state in full (--exact)"),
+        "{table}"
+    );
+}
+
+/// Issue 13: `--quiet` prints only the summary on an all-expected run, and the
+/// mismatches when there are some.
+#[test]
+fn issue13_quiet_prints_only_mismatches_and_the_summary() {
+    let (code, stdout, _) = run(&["check", "--quiet"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.ends_with("as expected, 0 mismatched\n"), "{stdout}");
+    let (code, stdout, _) = run(&[
+        "check",
+        "-q",
+        &fixture("mismatch.toml"),
+        &fixture("seed-59325.toml"),
+    ]);
+    assert_eq!(code, 1);
+    assert!(stdout.contains("mismatch "), "{stdout}");
+    assert!(!stdout.contains("seed-59325 "), "{stdout}");
+    assert!(
+        stdout.ends_with("2 checks: 1 as expected, 1 mismatched\n"),
+        "{stdout}"
+    );
 }

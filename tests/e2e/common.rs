@@ -115,3 +115,14 @@ pub fn line_of(file: &str, text: &str) -> usize {
         .map(|i| i + 1)
         .unwrap_or_else(|| panic!("{file} has no line starting with {text:?}"))
 }
+
+/// The shipped spec files, `specs/*.toml` (not the benchmark set below it), sorted.
+pub fn shipped_specs() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("specs"))
+        .expect("specs/ readable")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}

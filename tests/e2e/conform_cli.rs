@@ -561,3 +561,37 @@ fn stats_report_throughput_and_peak_memory() {
     assert!(stderr.contains("MiB/s"), "{stderr}");
     assert!(stderr.contains("peak RSS"), "{stderr}");
 }
+
+/// Issue 12: only the output rank's output may be missing from a step; vLLM's aggregator
+/// raises on a None from any other worker, so conform flags it at its line.
+#[test]
+fn issue12_a_none_output_at_a_non_output_rank_is_flagged() {
+    let dir = fixture("runs/none-at-non-output-rank");
+    let (code, stdout, stderr) = run(&["conform", &dir]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("engine-survives: none-output-at-non-output-rank — step 1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("at {dir}/rank-2.jsonl:2\n")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 finding (engine-survives)"), "{stdout}");
+    // The twin: the same line missing at the output rank drops the step, as vLLM does.
+    let copy = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(crate::common::root().join(&dir)).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let good = std::fs::read_to_string(copy.path().join("rank-1.jsonl")).unwrap();
+    std::fs::write(copy.path().join("rank-2.jsonl"), &good).unwrap();
+    let missing_at_output = good.replacen(
+        &good.lines().nth(1).unwrap().to_string(),
+        "{\"step\": 1, \"missing\": true}",
+        1,
+    );
+    std::fs::write(copy.path().join("rank-0.jsonl"), missing_at_output).unwrap();
+    let (code, stdout, stderr) = run(&["conform", copy.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+}

@@ -7,7 +7,6 @@
 //! verdict and break the same clauses, on every shipped spec point and on variations of
 //! the points that use the offloading connector.
 
-use crate::common::root;
 use kvcc::spec::Spec;
 use kvcc_model::checker::{check, Checkable, Kind, Options, Report};
 use kvcc_model::config::{AggregatorPolicy, Connector, ExpectedCount, ReplicatedReports, Stepping};
@@ -172,14 +171,8 @@ fn agree(name: &str, config: &Config, stores_complete: bool) -> (u64, u64) {
 
 /// Every matrix point of `specs/*.toml`, named `spec {point}`.
 fn shipped_points() -> Vec<(String, Config)> {
-    let mut files: Vec<_> = std::fs::read_dir(root().join("specs"))
-        .expect("specs/ readable")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
     let mut points = Vec::new();
-    for file in files {
+    for file in crate::common::shipped_specs() {
         let file = file.to_str().expect("utf-8 path");
         let spec = Spec::load(file).expect("shipped spec valid");
         for case in spec.cases(&[]).expect("cases") {

@@ -180,12 +180,7 @@ fn every_spec_simulated_is_flagged_exactly_where_the_model_violates() {
         "send-emitted-before-offload-stores-done",
         "recv-emitted-before-decoders-done",
     ];
-    let mut specs: Vec<_> = std::fs::read_dir(crate::common::root().join("specs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    specs.sort();
+    let specs = crate::common::shipped_specs();
     assert!(specs.len() >= 10);
     let tmp = tempfile::tempdir().unwrap();
     let mut runs = 0;

@@ -2,7 +2,7 @@
 //! violated clause, and `kvcc replay` re-executes the ITF one (issue 4's acceptance:
 //! the #59325 regression spec, then the same trace against the fixed spec).
 
-use crate::common::{fixture, kvcc, output, run};
+use crate::common::{fixture, kvcc, output, root, run};
 use kvcc_model::checker::replay_path;
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::{describe, ContractModel};
@@ -10,9 +10,16 @@ use std::path::{Path, PathBuf};
 
 const CLAUSE: &str = "eventually-freed__delay-freed-request-never-freed";
 
-/// Checks `spec` with `--trace-dir dir` plus `extra` arguments; returns stdout.
+/// Checks `spec` with `--trace-dir dir --all-traces` (these specs' violations are
+/// expected, which alone write no trace) plus `extra` arguments; returns stdout.
 fn check_with_traces(spec: &str, dir: &Path, extra: &[&str]) -> String {
-    let mut args = vec!["check", spec, "--trace-dir", dir.to_str().unwrap()];
+    let mut args = vec![
+        "check",
+        spec,
+        "--trace-dir",
+        dir.to_str().unwrap(),
+        "--all-traces",
+    ];
     args.extend_from_slice(extra);
     let (code, stdout, stderr) = run(&args);
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -46,7 +53,10 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
     assert_eq!(names, want);
 
     let base = dir.path().join(format!("seed-59325__{CLAUSE}"));
-    let command = format!("kvcc check {spec} --trace-dir {}", dir.path().display());
+    let command = format!(
+        "kvcc check {spec} --all-traces --trace-dir {}",
+        dir.path().display()
+    );
     let txt = read(&base.with_extension("txt"));
     assert!(txt.starts_with("kvcc "), "{txt}");
     assert!(
@@ -84,7 +94,8 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
 
     let sh = read(&base.with_extension("sh"));
     assert!(sh.starts_with("#!/bin/sh\n"), "{sh}");
-    assert!(sh.lines().any(|l| l == command), "{sh}");
+    assert!(sh.lines().any(|l| l == "set -eu"), "{sh}");
+    assert!(sh.lines().any(|l| l == format!("exec {command}")), "{sh}");
 
     let trace = itf(&base.with_extension("itf.json"));
     let meta = &trace["#meta"];
@@ -153,13 +164,15 @@ fn itf_round_trip_replays_to_the_same_violation() {
         .parse()
         .unwrap();
     assert_eq!(CLAUSES[clause].property, "eventually-freed");
-    let spec =
-        kvcc::spec::Spec::load(crate::common::root().join(&spec_file).to_str().unwrap()).unwrap();
+    let spec = kvcc::spec::Spec::load(root().join(&spec_file).to_str().unwrap()).unwrap();
     let config = spec.config(&kvcc::spec::point::Point::default()).unwrap();
     let model = ContractModel::new(config);
     let states = replay_path(&model, &loaded.actions, clause).expect("the trace reproduces");
-    let last = describe::values(states.last().unwrap());
-    assert_eq!(&last, loaded.values.last().unwrap());
+    let last: kvcc::trace::replay::ItfFacts = describe::values(states.last().unwrap())
+        .iter()
+        .map(|(name, value)| (name.clone(), kvcc::trace::itf::value_to_itf(value)))
+        .collect();
+    assert_eq!(&last, loaded.facts.last().unwrap());
 }
 
 #[test]
@@ -175,17 +188,13 @@ fn issue_4_replay_reproduces_exit_0() {
     );
 }
 
-/// The spec copied into `dir`, checked there with traces in `dir/traces`.
+/// The spec copied into `dir`, checked there with its traces beside it (replay follows a
+/// trace's spec only inside the working tree or the trace's own directory).
 fn traced_copy(dir: &Path) -> (PathBuf, PathBuf) {
     let spec = dir.join("seed-59325.toml");
-    std::fs::copy(
-        crate::common::root().join(fixture("seed-59325.toml")),
-        &spec,
-    )
-    .unwrap();
-    let traces = dir.join("traces");
-    check_with_traces(spec.to_str().unwrap(), &traces, &[]);
-    (spec, traces.join(format!("seed-59325__{CLAUSE}.itf.json")))
+    std::fs::copy(root().join(fixture("seed-59325.toml")), &spec).unwrap();
+    check_with_traces(spec.to_str().unwrap(), dir, &[]);
+    (spec, dir.join(format!("seed-59325__{CLAUSE}.itf.json")))
 }
 
 #[test]
@@ -272,9 +281,10 @@ fn replay_input_errors_exit_2_naming_the_file() {
     let (code, _, stderr) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        stderr.contains(&format!("error: {}: cannot read spec", spec.display())),
+        stderr.contains(&format!("error: {}: #meta.source: names", trace.display())),
         "{stderr}"
     );
+    assert!(stderr.contains("pass --spec PATH"), "{stderr}");
 }
 
 #[test]
@@ -433,6 +443,7 @@ fn issue_13_every_trace_loads_with_the_itf_crate_and_replays() {
         &fixture("multi-offload-lost-output.toml"),
         "--trace-dir",
         dir.path().to_str().unwrap(),
+        "--all-traces",
         "--quiet",
     ]);
     assert_eq!(code, 0, "{stderr}");
@@ -463,4 +474,350 @@ fn the_itf_crate_refuses_non_string_meta() {
     let text = r##"{"#meta": {"format": "ITF", "clause-index": 17}, "vars": ["x"],
                    "states": [{"#meta": {"index": 0}, "x": "a"}]}"##;
     assert!(itf::trace_from_str::<itf::Value>(text).is_err());
+}
+
+#[test]
+fn issue11_a_run_with_every_verdict_as_expected_writes_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let (code, stdout, _) = run(&["check", "--trace-dir", traces.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(!traces.exists() || std::fs::read_dir(&traces).unwrap().next().is_none());
+    // The twin: --all-traces writes the expected violations' traces.
+    let (code, _, _) = run(&[
+        "check",
+        &fixture("seed-59325.toml"),
+        "--trace-dir",
+        traces.to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read_dir(&traces).unwrap().count(), 8);
+}
+
+#[test]
+fn issue11_a_mismatch_script_runs_from_any_directory_with_kvcc_on_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let (code, stdout, _) = run(&[
+        "check",
+        &fixture("mismatch.toml"),
+        "--trace-dir",
+        traces.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(crate::common::KVCC, bin.join("kvcc")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let scripts: Vec<_> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    assert!(!scripts.is_empty(), "a mismatch writes its traces");
+    let elsewhere = tempfile::tempdir().unwrap();
+    for script in scripts {
+        let mode = std::fs::metadata(&script).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "{} is executable", script.display());
+        let (code, stdout, stderr) = output(
+            std::process::Command::new(&script)
+                .current_dir(elsewhere.path())
+                .env("PATH", &path),
+        );
+        assert!(
+            code == 0 || code == 1,
+            "{}: {code}\n{stdout}{stderr}",
+            script.display()
+        );
+        assert!(stdout.contains("mismatched"), "{stdout}{stderr}");
+    }
+}
+
+/// Checks a Mermaid `sequenceDiagram` against the subset of its grammar kvcc writes:
+/// declared participants, well-formed arrows and notes between declared ones, labels
+/// free of `;` and `#` (a statement break and an entity to Mermaid), balanced `rect`.
+fn mermaid_errors(diagram: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut lines = diagram.lines().map(str::trim).filter(|l| !l.is_empty());
+    if lines.next() != Some("sequenceDiagram") {
+        errors.push("does not start with sequenceDiagram".to_string());
+    }
+    let id_ok =
+        |id: &str| !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut participants = std::collections::BTreeSet::new();
+    let mut open_rects = 0i32;
+    let label_ok =
+        |label: &str| !label.trim().is_empty() && !label.contains(';') && !label.contains('#');
+    for line in lines {
+        if let Some(rest) = line.strip_prefix("participant ") {
+            let id = rest.split(" as ").next().unwrap_or_default();
+            if !id_ok(id) {
+                errors.push(format!("bad participant id: {line}"));
+            }
+            participants.insert(id.to_string());
+        } else if let Some(rest) = line.strip_prefix("Note over ") {
+            let (who, label) = rest.split_once(": ").unwrap_or((rest, ""));
+            for id in who.split(',') {
+                if !participants.contains(id) {
+                    errors.push(format!("note over an undeclared participant: {line}"));
+                }
+            }
+            if !label_ok(label) {
+                errors.push(format!("bad label: {line}"));
+            }
+        } else if line.starts_with("rect ") {
+            open_rects += 1;
+        } else if line == "end" {
+            open_rects -= 1;
+        } else {
+            let Some((arrow_part, label)) = line.split_once(": ") else {
+                errors.push(format!("not a statement: {line}"));
+                continue;
+            };
+            let arrow = ["-->>", "->>", "--x", "-x"]
+                .into_iter()
+                .find(|a| arrow_part.contains(a));
+            let Some(arrow) = arrow else {
+                errors.push(format!("no arrow: {line}"));
+                continue;
+            };
+            let (from, to) = arrow_part.split_once(arrow).unwrap();
+            for id in [from, to] {
+                if !participants.contains(id) {
+                    errors.push(format!("undeclared participant `{id}`: {line}"));
+                }
+            }
+            if !label_ok(label) {
+                errors.push(format!("bad label: {line}"));
+            }
+        }
+        if open_rects < 0 {
+            errors.push(format!("`end` without `rect`: {line}"));
+        }
+    }
+    if open_rects != 0 {
+        errors.push("unbalanced rect/end".to_string());
+    }
+    errors
+}
+
+#[test]
+fn issue11_every_diagram_is_well_formed_mermaid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(&[
+        "check",
+        "--trace-dir",
+        dir.path().to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let md = read(&path);
+        let start = md.find("```mermaid\n").expect("a diagram") + "```mermaid\n".len();
+        let diagram = &md[start..start + md[start..].find("```").unwrap()];
+        let errors = mermaid_errors(diagram);
+        assert!(
+            errors.is_empty(),
+            "{}: {errors:?}\n{diagram}",
+            path.display()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 70, "{checked} diagrams");
+    // The validator's broken twins.
+    for bad in [
+        "sequenceDiagram\n    participant A\n    A->>B: 1. to nobody",
+        "sequenceDiagram\n    participant A\n    participant B\n    A->>B: 1. a; b",
+        "sequenceDiagram\n    participant A\n    rect rgb(1,1,1)\n    Note over A: x",
+        "graph TD\n    A-->B",
+    ] {
+        assert!(!mermaid_errors(bad).is_empty(), "{bad}");
+    }
+}
+
+#[test]
+fn issue11_the_seed_regression_tells_the_prs_story_at_every_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(&[
+        "check",
+        "specs/pr59325-regression.toml",
+        "--trace-dir",
+        dir.path().to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut points = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(&format!("{CLAUSE}.txt")) {
+            continue;
+        }
+        points += 1;
+        let txt = read(&path);
+        let steps: Vec<&str> = txt
+            .lines()
+            .filter(|l| {
+                l.split_once(". ")
+                    .is_some_and(|(n, _)| n.parse::<u32>().is_ok())
+            })
+            .collect();
+        assert!(!steps.iter().any(|l| l.contains("FAULT")), "{txt}");
+        assert!(!steps.iter().any(|l| l.contains("expires")), "{txt}");
+        assert!(txt.contains("cost:     0 faults, 0 expiries"), "{txt}");
+        assert!(txt.contains("CLEARED by the connector"), "{txt}");
+        let diagnosis = &txt[txt.find("diagnosis:").expect("a diagnosis")..];
+        assert!(diagnosis.contains("to go"), "{diagnosis}");
+        assert!(
+            diagnosis.contains("(replica) req0: reported, CLEARED by the connector"),
+            "{diagnosis}"
+        );
+        let md = read(&path.with_extension("md"));
+        assert!(
+            md.contains("-xPagg: "),
+            "the dropped report is a lost message: {md}"
+        );
+        if name.contains("producer.lease=false") {
+            let step_lines = txt[..txt.find("VIOLATED").unwrap()].to_lowercase();
+            let step_lines = &step_lines[step_lines.find("0. initial state").unwrap()..];
+            assert!(!step_lines.contains("lease"), "{txt}");
+        }
+    }
+    assert_eq!(points, 16);
+}
+
+#[test]
+fn issue11_the_gallery_in_docs_traces_has_not_drifted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("traces");
+    let (code, stdout, stderr) = output(
+        std::process::Command::new("bash")
+            .arg(root().join("scripts/gallery.sh"))
+            .env("KVCC", crate::common::KVCC)
+            .env("OUT", &out),
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let committed = root().join("docs/traces");
+    let names = |d: &Path| {
+        let mut n: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(
+        names(&out),
+        names(&committed),
+        "regenerate: bash scripts/gallery.sh"
+    );
+    for name in names(&out) {
+        let fresh = read(&out.join(&name)).replace(out.to_str().unwrap(), "docs/traces");
+        assert_eq!(
+            fresh,
+            read(&committed.join(&name)),
+            "docs/traces/{name} drifted: regenerate with bash scripts/gallery.sh"
+        );
+    }
+}
+
+/// Issue 11: a liveness trace marks its point of no return — the first step after which
+/// no continuation keeps the clause — in the diagnosis and on the diagram.
+#[test]
+fn issue11_the_point_of_no_return_is_the_step_that_dooms_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for spec in ["specs/pr59325-regression.toml", "specs/decoder-crash.toml"] {
+        let (code, _, stderr) = run(&[
+            "check",
+            spec,
+            "--trace-dir",
+            dir.path().to_str().unwrap(),
+            "--all-traces",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let trace = |stem: &str| read(&dir.path().join(format!("{stem}__{CLAUSE}.txt")));
+    // The seed bug is structural: once P delays the free, the clear dooms it.
+    let seed =
+        trace("pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=false");
+    assert!(
+        seed.contains("  point of no return: step 1 (P scheduler: req0 finishes prefill"),
+        "{seed}"
+    );
+    // A fault-driven leak is doomed by its fault.
+    let crash = trace("decoder-crash__producer.lease=false");
+    assert!(
+        crash.contains("  point of no return: step 3 ([FAULT] D crashes before reading req0)"),
+        "{crash}"
+    );
+    let md = read(
+        &dir.path()
+            .join(format!("decoder-crash__producer.lease=false__{CLAUSE}.md")),
+    );
+    assert!(
+        md.contains("    Note over Psched,Dsched: point of no return after step 3\n"),
+        "{md}"
+    );
+}
+
+/// Issue 11: step text is derived from the state and the spec — on every shipped spec
+/// point without leases, no step line of any trace mentions a lease; with leases, the
+/// armed lease is named (the twin that shows the words exist to be missed).
+#[test]
+fn issue11_no_step_mentions_a_lease_where_the_spec_has_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(&[
+        "check",
+        "--trace-dir",
+        dir.path().to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (mut without, mut with) = (0, 0);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let meta = itf(&path)["#meta"].clone();
+        let spec = kvcc::spec::Spec::load(
+            root()
+                .join(meta["source"].as_str().unwrap())
+                .to_str()
+                .unwrap(),
+        )
+        .unwrap();
+        // ITF's #meta holds strings: the point is JSON text.
+        let point: serde_json::Value =
+            serde_json::from_str(meta["point"].as_str().unwrap()).unwrap();
+        let point = kvcc::spec::point::Point::from_json(&point).unwrap();
+        let lease = spec.config(&point).unwrap().producer.lease;
+        let txt = read(&path.with_extension("").with_extension("txt"));
+        let steps = &txt[txt.find("\n0. initial state").unwrap()..txt.find("\nVIOLATED").unwrap()];
+        if lease {
+            with += usize::from(steps.contains("lease armed"));
+        } else {
+            without += 1;
+            assert!(
+                !steps.to_lowercase().contains("lease"),
+                "{}",
+                path.display()
+            );
+        }
+    }
+    assert!(
+        without >= 20 && with >= 5,
+        "{without} traces without leases, {with} naming one"
+    );
 }

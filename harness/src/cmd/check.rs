@@ -1,5 +1,6 @@
 //! `kvcc check`.
 
+use crate::out::outln;
 use crate::progress::Progress;
 use crate::report::json::{self, Position};
 use crate::report::{self, Output};
@@ -10,7 +11,7 @@ use crate::spec::{self, Case, Spec};
 use crate::Exit;
 use kvcc_model::checker::Limits;
 use kvcc_model::InputError;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 /// Check specs: every matrix point of every spec, against its expected verdict.
@@ -23,6 +24,10 @@ use std::time::Duration;
 /// `::error` annotation at the spec line stating the expectation, and a table with the
 /// Markdown trace of every mismatch is appended to $GITHUB_STEP_SUMMARY. Progress goes to
 /// stderr: a bar on a terminal, a line every few seconds elsewhere.
+/// More workers than this only cost memory and start-up (each has its own arena and
+/// fingerprint cache) on any machine kvcc runs on.
+pub const THREADS_MAX: i64 = 256;
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -40,8 +45,8 @@ pub struct Args {
     /// Check only matrix points where KEY has VALUE (repeatable; e.g. `prefill.pcp=2`).
     #[arg(long = "point", value_name = "KEY=VALUE")]
     pub points: Vec<Selector>,
-    /// Worker threads per check [default: the available parallelism].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Worker threads per check, at most 256 [default: the available parallelism].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=THREADS_MAX))]
     pub threads: Option<u32>,
     /// Stop a check after this many unique states (overrides the spec's `[limits]`).
     #[arg(long, value_name = "N")]
@@ -52,6 +57,24 @@ pub struct Args {
     /// Stop a check after this many seconds (overrides the spec's `[limits]`).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
+    /// Stop a check when kvcc's resident memory reaches SIZE (bytes, or with a K, M, G
+    /// or T suffix: `2G`) [default: 80% of the machine's memory]. Reaching it makes the
+    /// check inconclusive instead of ending the process.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_memory: Option<u64>,
+    /// Report each violated clause's shortest counterexample instead of its cheapest
+    /// (the default: fewest injected faults, then fewest lease expiries, then fewest steps).
+    #[arg(long)]
+    pub shortest: bool,
+    /// With --trace-dir: write the traces of every violation, also those the spec expects
+    /// (by default only checks whose verdict differs from the expectation get traces).
+    #[arg(long, requires = "trace_dir")]
+    pub all_traces: bool,
+    /// Keep every state in full and compare states on every fingerprint match, so that no
+    /// collision of the 64-bit fingerprints can hide a state (more memory; a collision
+    /// found makes the check inconclusive).
+    #[arg(long)]
+    pub exact: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -68,7 +91,8 @@ pub struct Args {
     /// their `--format json` output into one report, JUnit and exit code.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
-    /// Print only mismatches and the summary line, and no progress.
+    /// Print only the checks whose verdict differs from the expectation and the summary
+    /// line, and no progress.
     #[arg(long, short)]
     pub quiet: bool,
 }
@@ -133,8 +157,7 @@ pub fn exec(args: Args) -> Exit {
                 shard: args.shard,
             };
             progress.suspend(|| {
-                println!("{}", json::line(&outcome, at));
-                let _ = std::io::stdout().flush();
+                outln!("{}", json::line(&outcome, at));
             });
         }
         outcomes.push(outcome);
@@ -190,6 +213,18 @@ fn settings(args: &Args) -> Settings {
     if let Some(n) = args.timeout {
         limit_args.extend(["--timeout".to_string(), n.to_string()]);
     }
+    if let Some(n) = args.max_memory {
+        limit_args.extend(["--max-memory".to_string(), n.to_string()]);
+    }
+    if args.shortest {
+        limit_args.push("--shortest".to_string());
+    }
+    if args.all_traces {
+        limit_args.push("--all-traces".to_string());
+    }
+    if args.exact {
+        limit_args.push("--exact".to_string());
+    }
     Settings {
         progress: None,
         threads,
@@ -197,11 +232,47 @@ fn settings(args: &Args) -> Settings {
             max_states: args.max_states,
             max_depth: args.max_depth,
             timeout: args.timeout.map(Duration::from_secs),
+            max_memory: args.max_memory.or_else(default_max_memory),
         },
         trace_dir: args.trace_dir.as_ref().map(Into::into),
         trace_dir_arg: args.trace_dir.clone(),
         limit_args,
+        shortest: args.shortest,
+        all_traces: args.all_traces,
+        exact: args.exact,
     }
+}
+
+/// 80% of the machine's memory: a search that would take more ends inconclusive while
+/// the machine (a CI runner) still has room to report it.
+fn default_max_memory() -> Option<u64> {
+    use procfs::Current;
+    let total = procfs::Meminfo::current().ok()?.mem_total;
+    Some(total / 5 * 4)
+}
+
+/// `2G`, `512M`, `64k` or plain bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("`{text}`: the suffix must be K, M, G or T")),
+            };
+            (&text[..i], shift)
+        }
+        _ => (text, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}`: not a size (bytes, or a number with K, M, G or T)"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| format!("`{text}`: must be between 1 byte and 16 EiB"))
 }
 
 fn title(spec: &Spec, case: &Case) -> String {

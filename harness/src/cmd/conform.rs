@@ -1,10 +1,10 @@
 //! `kvcc conform`.
 
+use crate::out::{out, outln};
 use crate::report::print_errors;
 use crate::Exit;
 use kvcc_conform::format::PolicyName;
 use kvcc_conform::{render, Options, RunReport};
-use std::io::Write;
 
 /// Check recorded runs against the completion contract.
 ///
@@ -93,15 +93,14 @@ pub fn exec(args: Args) -> Exit {
             Format::Md => render::markdown(&report),
             Format::Json => render::json_line(&report) + "\n",
         };
-        print!("{rendered}");
-        let _ = std::io::stdout().flush();
+        out!("{rendered}");
         if args.stats {
             eprintln!("{}", stats(&report));
         }
         reports.push(report);
     }
     if args.format == Format::Human && reports.len() > 1 {
-        println!("{}", render::summary(&reports));
+        outln!("{}", render::summary(&reports));
     }
     if reports.iter().all(RunReport::conforms) {
         Exit::Ok

@@ -1,5 +1,6 @@
 //! `kvcc replay`.
 
+use crate::out::outln;
 use crate::report::print_errors;
 use crate::trace::replay::{replay, Replayed};
 use crate::Exit;
@@ -28,11 +29,11 @@ pub struct Args {
 pub fn exec(args: Args) -> Exit {
     match replay(&args.trace, args.spec.as_deref()) {
         Ok(Replayed::Reproduces { clause, step }) => {
-            println!("reproduces: {clause} at step {step}");
+            outln!("reproduces: {clause} at step {step}");
             Exit::Ok
         }
         Ok(Replayed::DoesNotReproduce(why)) => {
-            println!("does not reproduce: {why}");
+            outln!("does not reproduce: {why}");
             Exit::Finding
         }
         Err(e) => {

@@ -1,5 +1,6 @@
 //! `kvcc schema`.
 
+use crate::out::out;
 use crate::Exit;
 
 /// Print the JSON Schema (draft 2020-12) of the spec format, for editors.
@@ -13,6 +14,6 @@ use crate::Exit;
 pub struct Args {}
 
 pub fn exec(_: Args) -> Exit {
-    print!("{}", crate::spec::schema::SCHEMA);
+    out!("{}", crate::spec::schema::SCHEMA);
     Exit::Ok
 }

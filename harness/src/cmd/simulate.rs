@@ -1,5 +1,6 @@
 //! `kvcc simulate`.
 
+use crate::out::outln;
 use crate::report::print_errors;
 use crate::simulate::{run_seed, simulate, End, Simulation};
 use crate::spec::point::Selector;
@@ -131,9 +132,9 @@ fn run(args: &Args) -> Result<(), InputError> {
         let mut json = serde_json::to_string_pretty(&meta).unwrap_or_default();
         json.push('\n');
         std::fs::write(dir.join("model.json"), json).map_err(write_error)?;
-        println!("{}", line(&shown, &simulation));
+        outln!("{}", line(&shown, &simulation));
     }
-    println!(
+    outln!(
         "{} runs of {title} in {}; check them with: kvcc conform {}",
         args.runs,
         args.out,
@@ -145,7 +146,7 @@ fn run(args: &Args) -> Result<(), InputError> {
 /// `sim/run-0000: 12 actions, P 4 steps, D 2 steps; ends: ...; model: ...`.
 fn line(dir: &str, s: &Simulation) -> String {
     let verdict = match (s.end, s.violated.is_empty()) {
-        (End::Capped, _) => "not judged".to_string(),
+        (End::Capped | End::TooManySuccessors, _) => "not judged".to_string(),
         (_, true) => "holds".to_string(),
         (_, false) => format!("violates {}", s.violated_names().join(", ")),
     };

@@ -9,7 +9,8 @@
 //!                  "clause": "delay-freed-request-never-freed", "depth": 6}],
 //!  "expected": {"verdict": "violated", "violates": ["eventually-freed"]},
 //!  "matches": true, "unique_states": 13, "transitions": 19, "max_depth": 6,
-//!  "seconds": 0.002, "states_per_second": 6500.0, "traces": [],
+//!  "seconds": 0.002, "states_per_second": 6500.0,
+//!  "fingerprint_bits": 64, "collision_probability": 4.2e-18, "traces": [],
 //!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null}
 //! ```
 //!
@@ -18,6 +19,9 @@
 //! - `point`: the matrix point's Config field paths and values (`{}` without a matrix).
 //! - `expected.violates`: present (possibly empty) for `"violated"` only.
 //! - `depth`: steps of the violation's shortest counterexample.
+//! - `collision_probability`: the chance that two of the explored states shared a
+//!   `fingerprint_bits`-bit fingerprint, which could have hidden a state (and so a
+//!   violation); both null under `--exact`, which compares states in full.
 //! - `traces`: files written by `--trace-dir` (empty without it).
 //! - `point_paths`: the point's paths in matrix order (`point`'s keys are sorted).
 //! - `line`: the spec line that states the expectation.
@@ -65,6 +69,10 @@ pub struct Line {
     pub max_depth: u32,
     pub seconds: f64,
     pub states_per_second: f64,
+    /// 64, or null when states were compared in full (`--exact`).
+    pub fingerprint_bits: Option<u32>,
+    /// The chance a fingerprint collision hid a state; null under `--exact`.
+    pub collision_probability: Option<f64>,
     pub traces: Vec<String>,
     /// The point's paths in matrix (file) order; `point` is a JSON object, whose keys
     /// are sorted.
@@ -100,6 +108,36 @@ pub struct ErrorFields {
     pub help: Option<String>,
 }
 
+/// An expectation as JSON, the way its spec wrote it (FORMATS.md; `kvcc-bench` too).
+pub fn expected(expectation: &Expectation) -> serde_json::Value {
+    match expectation {
+        Expectation::Holds => json!({"verdict": "holds"}),
+        Expectation::Violated(p) => json!({"verdict": "violated", "violates": p}),
+        Expectation::ViolatedAll(p) => json!({"verdict": "violated", "violates-all": p}),
+        Expectation::ViolatedAny(p) => json!({"verdict": "violated", "violates-any": p}),
+    }
+}
+
+/// The inverse of [`expected`].
+fn read_expected(json: &Value) -> Result<Expectation, String> {
+    let names = |key: &str| -> Result<Vec<String>, String> {
+        serde_json::from_value(json[key].clone()).map_err(|e| format!("expected.{key}: {e}"))
+    };
+    match json.get("verdict").and_then(Value::as_str) {
+        Some("holds") => Ok(Expectation::Holds),
+        Some("violated") if json.get("violates").is_some() => {
+            names("violates").map(Expectation::Violated)
+        }
+        Some("violated") if json.get("violates-all").is_some() => {
+            names("violates-all").map(Expectation::ViolatedAll)
+        }
+        Some("violated") if json.get("violates-any").is_some() => {
+            names("violates-any").map(Expectation::ViolatedAny)
+        }
+        _ => Err(format!("`expected` is not an expectation: {json}")),
+    }
+}
+
 /// The JSON line of one check.
 pub fn line(o: &Outcome, at: Position) -> String {
     let (verdict, reason) = match &o.observed {
@@ -107,10 +145,7 @@ pub fn line(o: &Outcome, at: Position) -> String {
         Observed::Violated => ("violated", None),
         Observed::Inconclusive(r) => ("inconclusive", Some(r.clone())),
     };
-    let expected = match &o.expectation {
-        Expectation::Holds => json!({"verdict": "holds"}),
-        Expectation::Violated(p) => json!({"verdict": "violated", "violates": p}),
-    };
+    let expected = expected(&o.expectation);
     let line = Line {
         format_version: FORMAT_VERSION,
         kvcc_version: crate::VERSION.to_string(),
@@ -135,6 +170,10 @@ pub fn line(o: &Outcome, at: Position) -> String {
         max_depth: o.max_depth,
         seconds: o.seconds,
         states_per_second: o.states_per_second,
+        fingerprint_bits: o
+            .collision_probability
+            .map(|_| kvcc_model::checker::FINGERPRINT_BITS),
+        collision_probability: o.collision_probability,
         traces: o.traces.iter().map(|p| p.display().to_string()).collect(),
         point_paths: o.point.0.iter().map(|(path, _)| path.clone()).collect(),
         line: o.expect_line,
@@ -199,13 +238,7 @@ pub fn read(text: &str) -> Result<Read, String> {
         "inconclusive" => Observed::Inconclusive(l.inconclusive_reason.unwrap_or_default()),
         other => return Err(format!("unknown verdict `{other}`")),
     };
-    let expectation = match l.expected.get("verdict").and_then(Value::as_str) {
-        Some("holds") => Expectation::Holds,
-        Some("violated") => Expectation::Violated(
-            serde_json::from_value(l.expected["violates"].clone()).map_err(|e| e.to_string())?,
-        ),
-        _ => return Err(format!("`expected` is not an expectation: {}", l.expected)),
-    };
+    let expectation = read_expected(&l.expected)?;
     let violations = l
         .violations
         .into_iter()
@@ -240,6 +273,7 @@ pub fn read(text: &str) -> Result<Read, String> {
         max_depth: l.max_depth,
         seconds: l.seconds,
         states_per_second: l.states_per_second,
+        collision_probability: l.collision_probability,
         traces: l.traces.into_iter().map(PathBuf::from).collect(),
     };
     let at = Position {

@@ -103,6 +103,15 @@ fn testcase(out: &mut String, o: &Outcome) {
         o.transitions,
         o.max_depth
     );
+    match o.collision_probability {
+        Some(p) => {
+            details += &format!(
+                "fingerprints: {}-bit, chance a collision hid a state: {p:.1e}\n",
+                kvcc_model::checker::FINGERPRINT_BITS
+            )
+        }
+        None => details += "fingerprints: none, states compared in full (--exact)\n",
+    }
     for t in &o.traces {
         details += &format!("trace: {}\n", t.display());
     }

@@ -10,6 +10,7 @@ pub mod json;
 pub mod junit;
 pub mod table;
 
+use crate::out::outln;
 use crate::run::Outcome;
 use crate::Exit;
 use kvcc_model::InputError;
@@ -40,6 +41,27 @@ pub fn summary(outcomes: &[Outcome]) -> String {
     )
 }
 
+/// What the fingerprints behind the *holds* verdicts could hide: the largest chance
+/// that a collision hid a state in any of them. None without a holds verdict.
+pub fn collision_note(outcomes: &[Outcome]) -> Option<String> {
+    let holds: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.observed == crate::run::Observed::Holds)
+        .collect();
+    let worst = holds
+        .iter()
+        .filter_map(|o| o.collision_probability.map(|p| (p, o.unique_states)))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match (holds.is_empty(), worst) {
+        (true, _) => None,
+        (false, Some((p, states))) => Some(format!(
+            "holds verdicts rest on {}-bit state fingerprints: the chance a collision hid a state is at most {p:.1e} (the largest check, {states} states); --exact compares states in full",
+            kvcc_model::checker::FINGERPRINT_BITS
+        )),
+        (false, None) => Some("holds verdicts compared every state in full (--exact): no fingerprint collision hid a state".to_string()),
+    }
+}
+
 /// Prints errors the way every kvcc command does, compiler-style on stderr; under GitHub
 /// Actions also an `::error` annotation at the file and line.
 pub fn print_errors(errors: &[InputError]) {
@@ -54,7 +76,7 @@ pub fn print_errors(errors: &[InputError]) {
             if let Some(help) = &error.help {
                 message += &format!("\nhelp: {help}");
             }
-            println!(
+            outln!(
                 "{}",
                 github::annotation(file, line, "kvcc: invalid input", &message)
             );
@@ -70,7 +92,7 @@ pub fn finish(out: &Output, outcomes: &[Outcome], errors: &[InputError]) -> Exit
         print_errors(errors);
         if out.json {
             for error in errors {
-                println!("{}", json::error_line(error));
+                outln!("{}", json::error_line(error));
             }
         }
     } else if !out.json {
@@ -82,7 +104,7 @@ pub fn finish(out: &Output, outcomes: &[Outcome], errors: &[InputError]) -> Exit
             if out.json {
                 eprintln!("{line}");
             } else {
-                println!("{line}");
+                outln!("{line}");
             }
         }
         if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") {
@@ -120,12 +142,19 @@ fn print_human(out: &Output, outcomes: &[Outcome]) {
         .iter()
         .filter(|o| !out.quiet || !o.matches)
         .collect();
+    let width = table::width();
     if !shown.is_empty() {
-        anstream::println!("{}\n", table::render(&shown, table::width()));
+        outln!("{}\n", table::render(&shown, width));
     }
-    println!("{}", summary(outcomes));
+    outln!("{}", summary(outcomes));
+    if out.quiet {
+        return;
+    }
+    if let Some(note) = collision_note(outcomes) {
+        outln!("{}", table::wrap(&note, width));
+    }
     let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
-    if let (Some(dir), true, false) = (&out.trace_dir, traces > 0, out.quiet) {
-        println!("counterexamples: {traces} trace files in {dir}");
+    if let (Some(dir), true) = (&out.trace_dir, traces > 0) {
+        outln!("counterexamples: {traces} trace files in {dir}");
     }
 }

@@ -141,6 +141,26 @@ fn verdict(o: &Outcome) -> String {
     }
 }
 
+/// `text` broken at spaces into lines of at most `width` columns (a word longer than a
+/// line stays whole on its own).
+pub fn wrap(text: &str, width: u16) -> String {
+    let width = usize::from(width.max(1));
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let fits = line.chars().count() + 1 + word.chars().count() <= width;
+        if !line.is_empty() && !fits {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines.join("\n")
+}
+
 /// A line without its trailing padding, which comfy-table puts before the line's closing
 /// style codes: the codes are kept, the spaces before them go.
 fn trim_styled(line: &str) -> String {
@@ -171,6 +191,13 @@ fn title(o: &Outcome) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn wrap_breaks_at_spaces_within_the_width() {
+        assert_eq!(super::wrap("aa bb cc", 5), "aa bb\ncc");
+        assert_eq!(super::wrap("aaaaaaa b", 5), "aaaaaaa\nb");
+        assert_eq!(super::wrap("", 5), "");
+    }
+
     #[test]
     fn words_first_then_the_rest_by_what_each_lacks() {
         assert_eq!(super::share(60, [20, 30], [50, 40]), [27, 33]);

@@ -26,7 +26,7 @@ pub mod schema;
 pub mod source;
 
 use crate::spec::point::{value_text, Point, Selector};
-use crate::spec::source::{field_path, one_line, Part, Seg, Source};
+use crate::spec::source::{field_path, syntax_message, Part, Seg, Source};
 use kvcc_model::checker::Limits;
 use kvcc_model::properties::PROPERTIES;
 use kvcc_model::Config;
@@ -44,8 +44,12 @@ pub const FORMAT_VERSION: i64 = 1;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Expectation {
     Holds,
-    /// Exactly these properties are violated (in `PROPERTIES` order).
+    /// Exactly these properties are violated (in `PROPERTIES` order): `violates`.
     Violated(Vec<String>),
+    /// At least these, perhaps more: `violates-all`.
+    ViolatedAll(Vec<String>),
+    /// At least one of these, perhaps others too: `violates-any`.
+    ViolatedAny(Vec<String>),
 }
 
 impl std::fmt::Display for Expectation {
@@ -53,6 +57,8 @@ impl std::fmt::Display for Expectation {
         match self {
             Expectation::Holds => write!(f, "holds"),
             Expectation::Violated(p) => write!(f, "violated ({})", p.join(", ")),
+            Expectation::ViolatedAll(p) => write!(f, "violated (at least {})", p.join(", ")),
+            Expectation::ViolatedAny(p) => write!(f, "violated (any of {})", p.join(", ")),
         }
     }
 }
@@ -120,6 +126,10 @@ struct ExpectToml {
     #[serde(default)]
     violates: Option<Vec<String>>,
     #[serde(default)]
+    violates_all: Option<Vec<String>>,
+    #[serde(default)]
+    violates_any: Option<Vec<String>>,
+    #[serde(default)]
     when: Vec<WhenToml>,
 }
 
@@ -131,6 +141,10 @@ struct WhenToml {
     verdict: VerdictToml,
     #[serde(default)]
     violates: Option<Vec<String>>,
+    #[serde(default)]
+    violates_all: Option<Vec<String>>,
+    #[serde(default)]
+    violates_any: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -148,8 +162,7 @@ fn key(k: &str) -> Seg {
 impl Spec {
     /// Reads and validates a spec file (everything but the per-point configs).
     pub fn load(file: &str) -> Result<Spec, InputError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| InputError::file(file, format!("cannot read spec: {e}")))?;
+        let text = kvcc_model::input::read_text(Path::new(file), "spec")?;
         Spec::parse(file, text)
     }
 
@@ -157,12 +170,8 @@ impl Spec {
     pub fn parse(file: &str, text: String) -> Result<Spec, InputError> {
         let source = Source::parse(file, text)?;
         let mut table: toml::Table = toml::from_str(source.text()).map_err(|e| {
-            let span = e.span();
-            source.error_at(
-                span,
-                None,
-                format!("invalid TOML: {}", one_line(e.message())),
-            )
+            let message = syntax_message(source.text(), e.span(), e.message());
+            source.error_at(e.span(), None, message)
         })?;
         let version = table.remove("version");
         check_version(&source, version)?;
@@ -189,6 +198,8 @@ impl Spec {
                     max_states: l.max_states,
                     max_depth: l.max_depth,
                     timeout: l.timeout_seconds.map(Duration::from_secs),
+                    // A spec describes the model, not the machine it is checked on.
+                    max_memory: None,
                 }
             }
         };
@@ -206,7 +217,7 @@ impl Spec {
             }
             Some(v) => expectations(&source, &matrix, v)?,
         };
-        Ok(Spec {
+        let spec = Spec {
             file: file.to_string(),
             name,
             description,
@@ -215,7 +226,12 @@ impl Spec {
             matrix,
             expect,
             limits,
-        })
+        };
+        // The spec's own values must make a valid config even where the matrix writes
+        // over them at every point: a `pcp = 0` under `[prefill]` is a mistake to report,
+        // not to hide behind `[matrix] "prefill.pcp"`.
+        spec.config(&Point::default())?;
+        Ok(spec)
     }
 
     /// Every matrix point, first matrix entry varying slowest.
@@ -615,27 +631,53 @@ fn matrix_entries(source: &Source, matrix: toml::Value) -> Result<Vec<MatrixEntr
     Ok(entries)
 }
 
+/// The violated-property lists of an expectation: `violates` (exactly these),
+/// `violates-all` (at least these) or `violates-any` (at least one of these).
+struct Violates {
+    exactly: Option<Vec<String>>,
+    all: Option<Vec<String>>,
+    any: Option<Vec<String>>,
+}
+
 fn expectation(
     source: &Source,
     at: &[Seg],
     verdict: VerdictToml,
-    violates: Option<Vec<String>>,
+    violates: Violates,
 ) -> Result<Expectation, InputError> {
-    let mut violates_at = at.to_vec();
-    violates_at.push(key("violates"));
-    match (verdict, violates) {
-        (VerdictToml::Holds, None) => Ok(Expectation::Holds),
-        (VerdictToml::Holds, Some(_)) => Err(source.error(
-            &violates_at,
+    let given: Vec<(&str, Vec<String>)> = [
+        ("violates", violates.exactly),
+        ("violates-all", violates.all),
+        ("violates-any", violates.any),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect();
+    let key_at = |k: &str| {
+        let mut segs = at.to_vec();
+        segs.push(key(k));
+        segs
+    };
+    match (verdict, given.as_slice()) {
+        (VerdictToml::Holds, []) => Ok(Expectation::Holds),
+        (VerdictToml::Holds, [(k, _), ..]) => Err(source.error(
+            &key_at(k),
             Part::Key,
             "only a \"violated\" verdict names violated properties",
         )),
-        (VerdictToml::Violated, None) => Err(source.error(
+        (VerdictToml::Violated, []) => Err(source.error(
             at,
             Part::Key,
-            "verdict \"violated\" needs `violates = [...]`: exactly the properties the check must violate",
+            "verdict \"violated\" needs `violates = [...]` (exactly these properties), \
+             `violates-all` (at least these) or `violates-any` (at least one of these)",
         )),
-        (VerdictToml::Violated, Some(names)) => {
+        (VerdictToml::Violated, [_, (k, _), ..]) => Err(source.error(
+            &key_at(k),
+            Part::Key,
+            "give one of `violates`, `violates-all` and `violates-any`",
+        )),
+        (VerdictToml::Violated, [(k, names)]) => {
+            let violates_at = key_at(k);
             if names.is_empty() {
                 return Err(source.error(&violates_at, Part::Value, "names no property"));
             }
@@ -646,7 +688,10 @@ fn expectation(
                     let error = source.error(
                         &item,
                         Part::Value,
-                        format!("unknown property `{name}` (known: {})", PROPERTIES.join(", ")),
+                        format!(
+                            "unknown property `{name}` (known: {})",
+                            PROPERTIES.join(", ")
+                        ),
                     );
                     return Err(suggest(error, name, PROPERTIES));
                 }
@@ -656,7 +701,11 @@ fn expectation(
                 .filter(|p| names.iter().any(|n| n == *p))
                 .map(|p| p.to_string())
                 .collect();
-            Ok(Expectation::Violated(ordered))
+            Ok(match *k {
+                "violates-all" => Expectation::ViolatedAll(ordered),
+                "violates-any" => Expectation::ViolatedAny(ordered),
+                _ => Expectation::Violated(ordered),
+            })
         }
     }
 }
@@ -668,11 +717,29 @@ fn expectations(
 ) -> Result<Expect, InputError> {
     let root = [key("expect")];
     let parsed: ExpectToml = deserialize(source, &root, value)?;
-    let default = expectation(source, &root, parsed.verdict, parsed.violates)?;
+    let default = expectation(
+        source,
+        &root,
+        parsed.verdict,
+        Violates {
+            exactly: parsed.violates,
+            all: parsed.violates_all,
+            any: parsed.violates_any,
+        },
+    )?;
     let mut when = Vec::new();
     for (i, w) in parsed.when.into_iter().enumerate() {
         let at = vec![key("expect"), key("when"), Seg::Index(i)];
-        let expectation = expectation(source, &at, w.verdict, w.violates)?;
+        let expectation = expectation(
+            source,
+            &at,
+            w.verdict,
+            Violates {
+                exactly: w.violates,
+                all: w.violates_all,
+                any: w.violates_any,
+            },
+        )?;
         let mut match_at = at.clone();
         match_at.push(key("match"));
         let selectors = when_selectors(source, matrix, &match_at, w.matches)?;
@@ -815,6 +882,14 @@ fn walk(dir: &Path, skip: Option<&str>, files: &mut Vec<String>) -> std::io::Res
         .collect::<Result<_, _>>()?;
     entries.sort();
     for entry in entries {
+        // A link inside a walked directory could lead anywhere (or back up, forever):
+        // only what the user named is read, so links are named explicitly or not at all.
+        if entry.is_symlink() {
+            return Err(std::io::Error::other(format!(
+                "{} is a symbolic link; kvcc does not follow links inside a directory (name the file itself)",
+                entry.display()
+            )));
+        }
         if entry.is_dir() {
             if skip.is_some_and(|skip| entry.file_name() == Some(skip.as_ref())) {
                 continue;

@@ -105,7 +105,7 @@ impl Source {
                     file: Some(file.to_string()),
                     at: at.or(Some((1, 1))),
                     field: None,
-                    message: format!("invalid TOML: {}", one_line(e.message())),
+                    message: syntax_message(&text, e.span(), e.message()),
                     len: e.span().map_or(0, |s| underline_len(&text, s)),
                     help: None,
                 })
@@ -206,6 +206,26 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// A multi-line parser message on one line.
+/// `invalid TOML: ...` for a parser's message, which is sometimes empty (a control
+/// character in a comment): then the offending character is named instead.
+pub fn syntax_message(text: &str, span: Option<Range<usize>>, message: &str) -> String {
+    let message = one_line(message);
+    if !message.is_empty() {
+        return format!("invalid TOML: {message}");
+    }
+    match span
+        .and_then(|s| text.get(s.start..))
+        .and_then(|t| t.chars().next())
+    {
+        Some(c) if c.is_control() => format!(
+            "invalid TOML: control character U+{:04X} is not allowed here",
+            u32::from(c)
+        ),
+        Some(c) => format!("invalid TOML: unexpected `{c}`"),
+        None => "invalid TOML: unexpected end of file".to_string(),
+    }
+}
+
 pub fn one_line(message: &str) -> String {
     message
         .lines()

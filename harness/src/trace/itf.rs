@@ -83,6 +83,8 @@ pub fn render(trace: &Trace) -> String {
         kvcc_version: Some(crate::VERSION.into()),
         trace_format_version: TRACE_FORMAT_VERSION.to_string(),
         command: Some(trace.command.clone()),
+        cost: Some(trace.cost_line()),
+        diagnosis: Some(trace.diagnosis.join("\n")),
         other: BTreeMap::new(),
     };
     let mut vars: Vec<String> = facts.into_iter().cloned().collect();
@@ -131,6 +133,12 @@ pub struct ItfMeta {
     /// The command that reproduces the run.
     #[serde(default)]
     pub command: Option<String>,
+    /// `0 faults, 0 expiries, 6 steps (...)`: what the counterexample costs.
+    #[serde(default)]
+    pub cost: Option<String>,
+    /// The trace's diagnosis, one line per `\n`.
+    #[serde(default)]
+    pub diagnosis: Option<String>,
     /// Any other strings a writer adds (a diagnosis, another tool's notes): kept as they
     /// are, never interpreted by replay.
     #[serde(flatten)]
@@ -169,18 +177,15 @@ impl ItfState {
             .map_err(|e| e.to_string())
     }
 
-    /// The state's facts, typed (every variable but `action`).
-    pub fn values(&self) -> Result<Values, String> {
-        self.vars
-            .iter()
-            .filter(|(name, _)| name.as_str() != ACTION_VAR)
-            .map(|(name, v)| {
-                Ok((
-                    name.clone(),
-                    value_from_itf(v).map_err(|e| format!("`{name}`: {e}"))?,
-                ))
-            })
-            .collect()
+    /// The state's facts in ITF's forms (every variable but `action`), each checked to be
+    /// a value kvcc writes.
+    pub fn facts(&self) -> Result<BTreeMap<String, Json>, String> {
+        let mut facts = BTreeMap::new();
+        for (name, v) in self.vars.iter().filter(|(name, _)| *name != ACTION_VAR) {
+            value_from_itf(v).map_err(|e| format!("`{name}`: {e}"))?;
+            facts.insert(name.clone(), v.clone());
+        }
+        Ok(facts)
     }
 }
 
@@ -188,7 +193,7 @@ impl ItfState {
 pub fn value_to_itf(value: &Value) -> Json {
     match value {
         Value::Text(s) => Json::from(s.as_str()),
-        Value::Int(n) => json!({ "#bigint": n.to_string() }),
+        Value::Int(n) | Value::Remaining(n) => json!({ "#bigint": n.to_string() }),
         Value::Set(items) => json!({ "#set": items.iter().map(value_to_itf).collect::<Vec<_>>() }),
         Value::Map(pairs) => json!({
             "#map": pairs.iter().map(|(k, v)| json!([value_to_itf(k), value_to_itf(v)])).collect::<Vec<_>>()
@@ -197,8 +202,8 @@ pub fn value_to_itf(value: &Value) -> Json {
     }
 }
 
-/// The inverse of [`value_to_itf`]; an integer may also be a plain JSON number, as ITF
-/// allows.
+/// The inverse of [`value_to_itf`] (an integer reads as `Int`, whatever it counts); an
+/// integer may also be a plain JSON number, as ITF allows.
 pub fn value_from_itf(json: &Json) -> Result<Value, String> {
     let list = |items: &Json| -> Result<Vec<Value>, String> {
         items

@@ -26,6 +26,7 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     }
     let kind = format!("{:?}", trace.kind).to_lowercase();
     let _ = writeln!(out, "| clause | `{}` ({kind}) |", trace.clause_name());
+    let _ = writeln!(out, "| cost | {} |", trace.cost_line());
     let _ = writeln!(out, "| kvcc | {} |\n", crate::VERSION);
     let _ = writeln!(out, "```mermaid\n{}```\n", diagram(trace));
     let _ = writeln!(out, "<details><summary>Initial state</summary>\n");
@@ -47,6 +48,19 @@ pub fn render(trace: &Trace, replay: &str) -> String {
         trace.meaning,
         trace.ending()
     );
+    let _ = writeln!(out, "**Diagnosis**\n");
+    for line in &trace.diagnosis {
+        // Indented lines belong to the line above them.
+        match line.strip_prefix("  ") {
+            Some(detail) => {
+                let _ = writeln!(out, "   - {}", detail.replace('|', "\\|"));
+            }
+            None => {
+                let _ = writeln!(out, "- {}", line.replace('|', "\\|"));
+            }
+        }
+    }
+    let _ = writeln!(out);
     let _ = writeln!(
         out,
         "Reproduce (check, replay this trace, browse the state space):\n\n```sh\n{}\n{replay}\n{}\n```",
@@ -69,9 +83,19 @@ pub fn diagram(trace: &Trace) -> String {
     out += &lanes.participants("D", trace.decode_ranks);
     out += "    participant Dagg as D aggregator\n";
     out += "    participant Dsched as D scheduler\n";
+    if trace.point_of_no_return == Some(0) {
+        out += "    Note over Psched,Dsched: point of no return: the initial state\n";
+    }
     for (i, step) in trace.steps.iter().enumerate() {
         let line = lanes.line(trace, i + 1, step);
         let _ = writeln!(out, "    {line}");
+        if trace.point_of_no_return == Some(i + 1) {
+            let _ = writeln!(
+                out,
+                "    Note over Psched,Dsched: point of no return after step {}",
+                i + 1
+            );
+        }
     }
     let _ = writeln!(
         out,
@@ -138,7 +162,7 @@ impl Lanes {
                 if output_lost {
                     label += " [FAULT output lost]";
                 }
-                format!("Pagg->>Psched: step: {label}")
+                return self.with_reports("P", n, step, format!("Pagg->>Psched: step: {label}"));
             }
             Action::LeaseExpires { rank, request } => {
                 let (p, who) = self.rank("P", rank);
@@ -202,16 +226,52 @@ impl Lanes {
                 if output_lost {
                     label += " [FAULT output lost]";
                 }
-                format!("Dagg->>Dsched: step: {label}")
+                return self.with_reports("D", n, step, format!("Dagg->>Dsched: step: {label}"));
             }
             Action::ClientAborts { request } => {
                 format!("Client->>Psched: [FAULT] abort req{request} (D hears too)")
             }
         };
-        // Mermaid reads `;` as a statement break and `#` as an entity.
-        let (head, label) = text.split_once(": ").unwrap_or((&text, ""));
-        format!("{head}: {n}. {}", clean(label))
+        numbered(n, &text)
     }
+
+    /// An engine step's line after one arrow per rank whose report the step handled: a
+    /// report that reaches the aggregator, or one the connector cleared, drawn as a lost
+    /// message (`-x`) from the rank that made it — the cause a reviewer looks for.
+    fn with_reports(&self, side: &str, n: usize, step: &Step, aggregated: String) -> String {
+        let rank_prefix = format!("{side} rank");
+        let mut lines = Vec::new();
+        for (name, before, after) in &step.changes {
+            let Some(rest) = name.strip_prefix(&rank_prefix) else {
+                continue;
+            };
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            let (Ok(rank), Some(request)) = (digits.parse::<u16>(), name.split(' ').next_back())
+            else {
+                continue;
+            };
+            let was_reported = before.starts_with("reported");
+            if was_reported || !after.starts_with("reported") {
+                continue;
+            }
+            let (lane, who) = self.rank(side, rank);
+            let text = if after.contains("CLEARED") {
+                format!("{lane}-x{side}agg: {who}{request} report CLEARED by the connector, never aggregated")
+            } else {
+                format!("{lane}->>{side}agg: {who}{request} reported")
+            };
+            lines.push(numbered(n, &text));
+        }
+        lines.push(numbered(n, &aggregated));
+        lines.join("\n    ")
+    }
+}
+
+/// `HEAD: N. LABEL`, the label made safe for Mermaid (which reads `;` as a statement
+/// break and `#` as an entity).
+fn numbered(n: usize, text: &str) -> String {
+    let (head, label) = text.split_once(": ").unwrap_or((text, ""));
+    format!("{head}: {n}. {}", clean(label))
 }
 
 /// What an engine step did on one side: request phases and aggregator countdowns

@@ -4,6 +4,7 @@
 //! Trace Format, replayable with `kvcc replay`) and `NAME.sh` (the exact command that
 //! reproduces the run). NAME is `SPEC[__POINT]__PROPERTY__CLAUSE`.
 
+pub mod diagnosis;
 pub mod itf;
 pub mod markdown;
 pub mod replay;
@@ -11,7 +12,7 @@ pub mod text;
 
 use crate::spec::point::{sanitize, Point};
 use crate::spec::Spec;
-use kvcc_model::checker::{Counterexample, Kind};
+use kvcc_model::checker::{Choice, Cost, Counterexample, Kind};
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::{describe, Action, ContractModel};
 use std::collections::BTreeMap;
@@ -57,6 +58,13 @@ pub struct Trace {
     pub initial: Facts,
     pub initial_values: Values,
     pub steps: Vec<Step>,
+    /// Its faults, expiries and steps, and how it was chosen among the clause's.
+    pub cost: Cost,
+    pub choice: Choice,
+    /// What the violation is made of ([`diagnosis`]).
+    pub diagnosis: Vec<String>,
+    /// The step after which no continuation keeps the clause (0: the initial state).
+    pub point_of_no_return: Option<usize>,
     pub prefill_ranks: u16,
     pub decode_ranks: u16,
     /// Per read handle: (D rank, P rank it reads).
@@ -77,13 +85,16 @@ impl Trace {
         for (action, after) in &counterexample.steps {
             steps.push(Step {
                 action: *action,
-                description: describe::action(model, action),
+                description: describe::action(model.topology, action),
                 facts: describe::facts(after),
                 values: describe::values(after),
                 changes: describe::diff(before, after),
             });
             before = after;
         }
+        let initial = describe::facts(&counterexample.initial);
+        let diagnosis =
+            diagnosis::diagnose(model, counterexample, clause.property, &initial, &steps);
         let t = &model.topology;
         let explore: Vec<String> = ["kvcc".into(), "explore".into(), spec.file.clone()]
             .into_iter()
@@ -102,9 +113,13 @@ impl Trace {
             meaning: clause.meaning.to_string(),
             command,
             explore_command: explore.join(" "),
-            initial: describe::facts(&counterexample.initial),
+            initial,
             initial_values: describe::values(&counterexample.initial),
             steps,
+            diagnosis,
+            point_of_no_return: counterexample.point_of_no_return,
+            cost: counterexample.cost,
+            choice: counterexample.choice,
             prefill_ranks: t.prefill_world,
             decode_ranks: t.decode_world,
             handles: t.handles.iter().map(|h| (h.decoder, h.source)).collect(),
@@ -125,6 +140,20 @@ impl Trace {
         parts.push(sanitize(&self.property));
         parts.push(sanitize(&self.clause));
         parts.join("__")
+    }
+
+    /// `0 faults, 0 expiries, 6 steps (the fewest faults, then expiries, then steps)`.
+    pub fn cost_line(&self) -> String {
+        let why = match self.choice {
+            Choice::Cheapest => {
+                "of this clause's counterexamples, the fewest faults, then expiries, then steps"
+            }
+            Choice::Shortest => "a shortest counterexample (--shortest)",
+            Choice::ShortestCut => {
+                "a shortest counterexample: the search was cut, so a cheaper one may lie beyond it"
+            }
+        };
+        format!("{} ({why})", self.cost)
     }
 
     /// Why the last state is a violation, in one line.
@@ -161,13 +190,30 @@ pub fn write_all(trace: &Trace, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         std::fs::write(&file, contents)?;
         written.push(file);
     }
+    make_executable(&path("sh"))?;
     Ok(written)
 }
 
-/// `NAME.sh`: the reproduce command, runnable as is.
+#[cfg(unix)]
+fn make_executable(file: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// `NAME.sh`: the reproduce command, runnable from any directory: it first changes to the
+/// directory the check ran in, which the command's paths are relative to. Exits as
+/// `kvcc check` does (0 as expected, 1 a finding).
 fn script(trace: &Trace, replay: &str) -> String {
+    let cwd = std::env::current_dir()
+        .map(|d| shell_quote(&d.display().to_string()))
+        .unwrap_or_else(|_| ".".into());
     format!(
-        "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\n{}\n",
+        "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\nset -eu\ncd {cwd}\nexec {}\n",
         crate::VERSION,
         trace.clause_name(),
         trace.command

@@ -3,14 +3,12 @@
 
 use crate::spec::point::Point;
 use crate::spec::Spec;
-use crate::trace::itf::{ItfTrace, ACTION_VAR, TRACE_FORMAT_VERSION};
-use crate::trace::Values;
+use crate::trace::itf::{value_from_itf, value_to_itf, ItfTrace, ACTION_VAR, TRACE_FORMAT_VERSION};
 use kvcc_model::checker::replay_path;
-use kvcc_model::describe::Value;
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::InputError;
 use kvcc_model::{describe, Action, ContractModel};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a replay concluded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,13 +57,21 @@ pub struct Loaded {
     pub trace: ItfTrace,
     /// The action of each step (the initial state has none).
     pub actions: Vec<Action>,
-    pub values: Vec<Values>,
+    /// Each state's facts, in ITF's typed forms.
+    pub facts: Vec<ItfFacts>,
 }
+
+/// A state's facts as a trace stores them: name to ITF value.
+pub type ItfFacts = BTreeMap<String, serde_json::Value>;
 
 /// Reads and checks the shape of an ITF trace; errors name the file, line and field.
 pub fn load(file: &str) -> Result<Loaded, InputError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| InputError::file(file, format!("cannot read trace: {e}")))?;
+    let text = kvcc_model::input::read_text(std::path::Path::new(file), "trace")?;
+    parse(file, &text)
+}
+
+/// Checks the shape of an ITF trace's text; `file` names it in errors.
+pub fn parse(file: &str, text: &str) -> Result<Loaded, InputError> {
     let bad = |field: &str, message: String| InputError {
         file: Some(file.to_string()),
         field: Some(field.to_string()),
@@ -73,7 +79,7 @@ pub fn load(file: &str) -> Result<Loaded, InputError> {
         ..InputError::default()
     };
     // The version first: a trace of another layout fails on it, not on its first field.
-    if let Ok(raw) = serde_json::from_str::<serde_json::Value>(&text) {
+    if let Ok(raw) = serde_json::from_str::<serde_json::Value>(text) {
         let meta = &raw["#meta"];
         if meta["format"].as_str().is_some_and(|f| f != "ITF") {
             return Err(bad(
@@ -95,7 +101,7 @@ pub fn load(file: &str) -> Result<Loaded, InputError> {
             ));
         }
     }
-    let mut de = serde_json::Deserializer::from_str(&text);
+    let mut de = serde_json::Deserializer::from_str(text);
     let trace: ItfTrace = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -116,7 +122,7 @@ pub fn load(file: &str) -> Result<Loaded, InputError> {
         return Err(bad("states", "has no state".into()));
     }
     let mut actions = Vec::new();
-    let mut values = Vec::new();
+    let mut facts = Vec::new();
     for (i, state) in trace.states.iter().enumerate() {
         let field = format!("states[{i}].{ACTION_VAR}");
         match (i, state.action().map_err(|m| bad(&field, m))?) {
@@ -125,16 +131,12 @@ pub fn load(file: &str) -> Result<Loaded, InputError> {
             (_, None) => return Err(bad(&field, "missing".into())),
             (_, Some(action)) => actions.push(action),
         }
-        values.push(
-            state
-                .values()
-                .map_err(|m| bad(&format!("states[{i}]"), m))?,
-        );
+        facts.push(state.facts().map_err(|m| bad(&format!("states[{i}]"), m))?);
     }
     Ok(Loaded {
         trace,
         actions,
-        values,
+        facts,
     })
 }
 
@@ -143,10 +145,13 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
     let Loaded {
         trace,
         actions,
-        values: recorded,
+        facts: recorded,
     } = load(file)?;
-    let spec_file = spec_override.unwrap_or(&trace.meta.source);
-    let spec = Spec::load(spec_file)?;
+    let spec_file = match spec_override {
+        Some(spec) => spec.to_string(),
+        None => recorded_spec(file, &trace.meta.source)?,
+    };
+    let spec = Spec::load(&spec_file)?;
     let point = serde_json::from_str(&trace.meta.point)
         .map_err(|e| e.to_string())
         .and_then(|json| Point::from_json(&json))
@@ -163,12 +168,19 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         .iter()
         .position(|c| c.property == trace.meta.property && c.clause == trace.meta.clause)
     else {
-        return Ok(Replayed::DoesNotReproduce(format!(
-            "kvcc {} has no clause `{}: {}`",
-            crate::VERSION,
-            trace.meta.property,
-            trace.meta.clause
-        )));
+        // Nothing was replayed: the trace cannot be used, which is an input error.
+        return Err(InputError {
+            field: Some("#meta.clause".into()),
+            ..InputError::file(
+                file,
+                format!(
+                    "kvcc {} has no clause `{}: {}`",
+                    crate::VERSION,
+                    trace.meta.property,
+                    trace.meta.clause
+                ),
+            )
+        });
     };
     // A hand-edited or foreign trace may name ranks or handles this topology lacks; the
     // model's own descriptions index by them, so such a step is refused up front.
@@ -196,6 +208,75 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         (Err(e), None) => Replayed::DoesNotReproduce(e.to_string()),
         (Err(e), Some(d)) => Replayed::DoesNotReproduce(format!("{e}; first difference: {d}")),
     })
+}
+
+/// Where the spec a trace names (`#meta.source`) is, read only inside the working tree or
+/// the trace's own directory: a trace may come from a stranger, and what it names must
+/// not make kvcc read any file. The path must name a `.toml` file, without `..`; a
+/// relative one is looked up in the working directory, then in the trace's directory and
+/// the directories above it that are still inside the working directory (a trace in
+/// `traces/` names `specs/x.toml` from the repository root). Wherever a candidate leads,
+/// links followed, it must stay inside those two trees. Anything else is refused, naming
+/// `--spec`.
+fn recorded_spec(trace_file: &str, source: &str) -> Result<String, InputError> {
+    use std::path::{Component, Path, PathBuf};
+    let refuse = |message: String| InputError {
+        field: Some("#meta.source".into()),
+        ..InputError::file(
+            trace_file,
+            format!("{message}; pass --spec PATH to replay against a spec you name"),
+        )
+    };
+    let path = Path::new(source);
+    if path.components().any(|c| c == Component::ParentDir)
+        || path.extension().is_none_or(|e| e != "toml")
+    {
+        return Err(refuse(format!(
+            "names `{source}`: kvcc follows from a trace only a path to a `.toml` file without `..`"
+        )));
+    }
+    let cwd = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| InputError::usage(format!("cannot find the working directory: {e}")))?;
+    let trace_dir = std::fs::canonicalize(trace_file)
+        .ok()
+        .and_then(|t| t.parent().map(Path::to_path_buf));
+    let trusted = |real: &Path| {
+        real.starts_with(&cwd) || trace_dir.as_deref().is_some_and(|d| real.starts_with(d))
+    };
+    let candidates: Vec<PathBuf> = if path.is_absolute() {
+        vec![path.to_path_buf()]
+    } else {
+        let above_trace = trace_dir
+            .iter()
+            .flat_map(|dir| dir.ancestors())
+            .enumerate()
+            .filter(|(i, dir)| *i == 0 || dir.starts_with(&cwd))
+            .map(|(_, dir)| dir.join(path));
+        std::iter::once(cwd.join(path)).chain(above_trace).collect()
+    };
+    for candidate in candidates {
+        let Ok(real) = std::fs::canonicalize(&candidate) else {
+            continue;
+        };
+        if !trusted(&real) {
+            return Err(refuse(format!(
+                "names `{source}`, which leads outside the working directory and the trace's directory"
+            )));
+        }
+        let shown = candidate
+            .strip_prefix(&cwd)
+            .unwrap_or(&candidate)
+            .display()
+            .to_string();
+        if shown != source {
+            eprintln!("note: the trace's spec `{source}` found as `{shown}`");
+        }
+        return Ok(shown);
+    }
+    Err(refuse(format!(
+        "names `{source}`, which is in neither the working directory nor the trace's directory"
+    )))
 }
 
 /// Whether every request, rank and handle an action names exists in the model.
@@ -231,7 +312,7 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
 fn first_difference(
     model: &ContractModel,
     actions: &[Action],
-    recorded: &[Values],
+    recorded: &[ItfFacts],
 ) -> Option<Difference> {
     use stateright::Model;
     let mut state = model.initial_state();
@@ -246,10 +327,17 @@ fn first_difference(
             }
             state = model.apply(&state, action)?;
         }
-        let replayed = describe::values(&state);
+        // Compared as the trace stores them, in ITF's forms.
+        let replayed: ItfFacts = describe::values(&state)
+            .iter()
+            .map(|(name, value)| (name.clone(), value_to_itf(value)))
+            .collect();
         let names: BTreeSet<&String> = facts.keys().chain(replayed.keys()).collect();
         // A fact a state does not have is written as the empty string.
-        let absent = Value::Text(String::new());
+        let absent = serde_json::Value::from("");
+        let text = |json: &serde_json::Value| {
+            value_from_itf(json).map_or_else(|_| json.to_string(), |v| v.to_string())
+        };
         for name in names {
             let want = facts.get(name).unwrap_or(&absent);
             let got = replayed.get(name).unwrap_or(&absent);
@@ -257,8 +345,8 @@ fn first_difference(
                 return Some(Difference {
                     step,
                     fact: name.clone(),
-                    trace: want.to_string(),
-                    model: got.to_string(),
+                    trace: text(want),
+                    model: text(got),
                 });
             }
         }

@@ -22,6 +22,7 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     let kind = format!("{:?}", trace.kind).to_lowercase();
     let _ = writeln!(out, "clause:   {} ({kind})", trace.clause_name());
     let _ = writeln!(out, "meaning:  {}", trace.meaning);
+    let _ = writeln!(out, "cost:     {}", trace.cost_line());
     let _ = writeln!(out);
     let _ = writeln!(out, "0. initial state");
     for (name, value) in &trace.initial {
@@ -36,6 +37,11 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "VIOLATED {} — {}", trace.clause_name(), trace.meaning);
     let _ = writeln!(out, "({})", trace.ending());
+    let _ = writeln!(out);
+    let _ = writeln!(out, "diagnosis:");
+    for line in &trace.diagnosis {
+        let _ = writeln!(out, "  {line}");
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "reproduce: {}", trace.command);
     let _ = writeln!(out, "replay:    {replay}");

@@ -22,7 +22,10 @@
 //! - counterexamples are replayed from the initial state through `next_state` and the
 //!   clause is re-checked on the final state before they are returned ([`replay`]).
 
+mod exact;
 mod fingerprint;
+mod no_return;
+mod order;
 mod replay;
 mod search;
 mod visited;
@@ -59,6 +62,8 @@ where
     model.pack(&state, out);
     fingerprint::fingerprint_bytes(&out[begin..])
 }
+pub use exact::{collision_probability, FINGERPRINT_BITS};
+pub use order::Cost;
 pub use replay::{replay_path, ReplayError};
 pub use search::check;
 
@@ -78,8 +83,20 @@ where
     /// The actions to expand `state` by, once the checker has found it safe. Defaults to
     /// [`stateright::Model::actions`]; a model whose `actions` first re-judges safety (so
     /// that stateright's own checkers stop at unsafe states) can skip that work here.
-    fn expand_actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
-        self.actions(state, actions)
+    ///
+    /// `Err(count)`: the state has more than [`SUCCESSORS_MAX`] successors (`count`,
+    /// saturated); the search ends inconclusive rather than number or hold them.
+    fn expand_actions(
+        &self,
+        state: &Self::State,
+        actions: &mut Vec<Self::Action>,
+    ) -> Result<(), u64> {
+        self.actions(state, actions);
+        let count = actions.len() as u64;
+        if count > SUCCESSORS_MAX {
+            return Err(count);
+        }
+        Ok(())
     }
     /// The representative of `state`'s symmetry class.
     fn canonical(&self, state: Self::State) -> Self::State;
@@ -93,12 +110,36 @@ where
     /// Fairness does not force it, so a run may end in a state where only such actions
     /// are enabled, and liveness is checked there too.
     fn is_optional(&self, action: &Self::Action) -> bool;
+    /// An injected fault: counterexamples with fewer are preferred ([`order`]).
+    fn is_fault(&self, action: &Self::Action) -> bool {
+        self.is_optional(action)
+    }
+    /// A timer's expiry (a lease): preferred fewer, after faults ([`order`]).
+    fn is_expiry(&self, _action: &Self::Action) -> bool {
+        false
+    }
     /// How many clauses there are.
     fn clause_count(&self) -> usize;
     fn clause_kind(&self, clause: usize) -> Kind;
     /// `property: clause`.
     fn clause_name(&self, clause: usize) -> String;
     fn clause_holds(&self, clause: usize, state: &Self::State) -> bool;
+}
+
+/// The clauses of `kind` that `state` breaks, in clause order (the BFS and the cheapest-
+/// counterexample search judge states alike through it).
+pub(crate) fn broken_clauses<'a, M>(
+    model: &'a M,
+    state: &'a M::State,
+    kind: Kind,
+) -> impl Iterator<Item = usize> + 'a
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    (0..model.clause_count())
+        .filter(move |&c| model.clause_kind(c) == kind && !model.clause_holds(c, state))
 }
 
 /// Does fairness force a step out of `state`? True when some enabled, non-optional action
@@ -116,12 +157,20 @@ where
         .any(|a| !model.is_optional(&a) && model.next_state(state, a).is_some())
 }
 
-/// Bounds on one search. A search that hits one is inconclusive.
+/// The most successors one state may have: a discovery numbers its action in 16 bits
+/// ([`visited`]). A state with more ends the search as inconclusive.
+pub const SUCCESSORS_MAX: u64 = visited::ACTIONS_MAX;
+
+/// Bounds on one search. A search that hits one is inconclusive. Each is checked where
+/// the work is, not only between BFS levels: states as they are found, time and memory
+/// between chunks of states, successors before a state's are generated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
     pub max_states: Option<u64>,
     pub max_depth: Option<u32>,
     pub timeout: Option<Duration>,
+    /// Resident memory of the whole process, in bytes.
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -129,6 +178,12 @@ pub struct Options {
     pub threads: usize,
     pub symmetry: bool,
     pub limits: Limits,
+    /// Report each clause's first violation in BFS order (a shortest path), instead of
+    /// its cheapest: fewest faults, then fewest expiries, then fewest steps ([`order`]).
+    pub shortest: bool,
+    /// Keep every state's full bytes and compare them on every fingerprint match
+    /// ([`exact`]): a collision ends the check as inconclusive instead of passing unseen.
+    pub exact: bool,
     /// Where to publish live counters for a progress display, if anywhere.
     pub progress: Option<Arc<Progress>>,
 }
@@ -139,6 +194,8 @@ impl Default for Options {
             threads: 1,
             symmetry: true,
             limits: Limits::default(),
+            shortest: false,
+            exact: false,
             progress: None,
         }
     }
@@ -174,6 +231,17 @@ pub enum Cutoff {
         action: String,
         depth: u32,
     },
+    /// Resident memory reached the limit (bytes).
+    Memory(u64),
+    /// A state at `depth` has `count` successors, more than [`SUCCESSORS_MAX`].
+    Successors {
+        count: u64,
+        depth: u32,
+    },
+    /// `--exact` found two states with one fingerprint at `depth`.
+    Collision {
+        depth: u32,
+    },
 }
 
 impl std::fmt::Display for Cutoff {
@@ -181,7 +249,17 @@ impl std::fmt::Display for Cutoff {
         match self {
             Cutoff::States(n) => write!(f, "state limit {n} reached"),
             Cutoff::Depth(d) => write!(f, "depth limit {d} reached"),
-            Cutoff::Time(t) => write!(f, "time limit {}s reached", t.as_secs_f64()),
+            Cutoff::Time(t) => write!(f, "time limit reached after {:.1}s", t.as_secs_f64()),
+            Cutoff::Collision { depth } => write!(
+                f,
+                "two states at depth {depth} share a {FINGERPRINT_BITS}-bit fingerprint"
+            ),
+            Cutoff::Memory(bytes) => write!(f, "memory limit {} MiB reached", bytes >> 20),
+            Cutoff::Successors { count, depth } => write!(
+                f,
+                "a state at depth {depth} has {} successors, more than the {SUCCESSORS_MAX} the checker enumerates",
+                if *count == u64::MAX { "astronomically many".to_string() } else { count.to_string() }
+            ),
             Cutoff::PossibleCycle { action, depth } => {
                 write!(f, "liveness unproven: `{action}` at depth {depth} does not make progress (possible cycle)")
             }
@@ -196,6 +274,26 @@ pub struct Counterexample<M: stateright::Model> {
     pub kind: Kind,
     pub initial: M::State,
     pub steps: Vec<(M::Action, M::State)>,
+    /// Its faults, expiries and steps.
+    pub cost: Cost,
+    /// How it was chosen.
+    pub choice: Choice,
+    /// For a liveness clause: the index of the first state of the path (0 = initial)
+    /// after which no continuation keeps the clause ([`no_return`]); None for safety,
+    /// or when the graph is too large to say.
+    pub point_of_no_return: Option<usize>,
+}
+
+/// Which of a clause's counterexamples is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// The cheapest: fewest faults, then fewest expiries, then fewest steps.
+    Cheapest,
+    /// A shortest path (`--shortest`).
+    Shortest,
+    /// A shortest path, because the search was cut by a limit: the cheapest could lie
+    /// beyond what was explored.
+    ShortestCut,
 }
 
 #[derive(Clone, Debug)]
@@ -219,9 +317,17 @@ pub struct Report<M: stateright::Model> {
     /// Longest shortest path from the initial state.
     pub max_depth: u32,
     pub elapsed: Duration,
+    /// Whether states were compared in full ([`Options::exact`]).
+    pub exact: bool,
 }
 
 impl<M: stateright::Model> Report<M> {
+    /// The chance a fingerprint collision hid a state from this search; None for an
+    /// exact one, where none went unseen.
+    pub fn collision_probability(&self) -> Option<f64> {
+        (!self.exact).then(|| collision_probability(self.unique_states))
+    }
+
     pub fn states_per_second(&self) -> f64 {
         self.unique_states as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }

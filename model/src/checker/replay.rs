@@ -64,7 +64,8 @@ type Replayed<M> = (
 );
 
 /// Re-executes a fingerprint path from a concrete initial state, picking at each step the
-/// first action (in `actions` order) whose canonical successor has the next fingerprint.
+/// cheapest action ([`super::order::Cost`]: no fault over a fault, no expiry over one;
+/// then the first in `actions` order) whose canonical successor has the next fingerprint.
 pub(super) fn replay_fingerprints<M>(
     model: &M,
     path: &[u64],
@@ -90,10 +91,13 @@ where
     for (i, &want) in path.iter().enumerate().skip(1) {
         actions.clear();
         model.actions(&state, &mut actions);
-        let step = actions.drain(..).find_map(|action| {
-            let next = model.next_state(&state, action.clone())?;
-            (canonical_fp(&next) == want).then_some((action, next))
-        });
+        let step = actions
+            .drain(..)
+            .filter_map(|action| {
+                let next = model.next_state(&state, action.clone())?;
+                (canonical_fp(&next) == want).then_some((action, next))
+            })
+            .min_by_key(|(action, _)| (model.is_fault(action), model.is_expiry(action)));
         let (action, next) = step.ok_or(ReplayError::NotEnabled {
             step: i,
             action: format!("fingerprint {want:#x}"),

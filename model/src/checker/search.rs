@@ -8,14 +8,118 @@
 //! threads or the fingerprint function. Arenas are recycled level to level, so after the
 //! widest level the search stops asking the kernel for fresh (zeroed) pages.
 
+use super::exact::Exact;
 use super::visited::{self, Visited};
-use super::{replay, Checkable, Counterexample, Cutoff, Kind, Options, Report, Verdict};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use super::{
+    no_return, order, replay, Checkable, Choice, Cost, Counterexample, Cutoff, Kind, Options,
+    Report, Verdict,
+};
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Frontier states per work item.
 const CHUNK: usize = 512;
+
+/// How often a worker reads the process's resident memory: a read costs a few
+/// microseconds, a chunk about a millisecond.
+const MEMORY_EVERY: Duration = Duration::from_millis(20);
+
+/// Why the workers were told to stop in the middle of a level; the first reason wins.
+/// What a cut level partly found depends on timing, so it is dropped whole: the
+/// verdict, counts and counterexamples stay those of the completed levels.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Stop {
+    Running,
+    Time,
+    Memory,
+    States,
+    Successors,
+    Collision,
+    Panicked,
+}
+
+/// The stop flag every worker checks between chunks (and the state count after every
+/// new state).
+struct Stopper(AtomicU8);
+
+impl Stopper {
+    fn new() -> Stopper {
+        Stopper(AtomicU8::new(Stop::Running as u8))
+    }
+
+    fn stop(&self, why: Stop) {
+        let _ = self.0.compare_exchange(
+            Stop::Running as u8,
+            why as u8,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn reason(&self) -> Stop {
+        match self.0.load(Ordering::Relaxed) {
+            0 => Stop::Running,
+            1 => Stop::Time,
+            2 => Stop::Memory,
+            3 => Stop::States,
+            4 => Stop::Successors,
+            5 => Stop::Collision,
+            _ => Stop::Panicked,
+        }
+    }
+}
+
+/// The time and memory a search may take, checked by every worker between chunks and
+/// every [`BUDGET_EVERY`] successors inside one state's expansion (a MultiConnector state
+/// can have tens of thousands).
+struct Budget<'a> {
+    limits: &'a super::Limits,
+    start: Instant,
+    stopper: &'a Stopper,
+    /// Full states by fingerprint, for `--exact`.
+    exact: Option<&'a Exact>,
+}
+
+/// Successors generated between two budget checks inside one state.
+const BUDGET_EVERY: usize = 4096;
+
+impl Budget<'_> {
+    /// Whether the search must stop: told to already, or past its time or memory (then
+    /// tells every worker). `memory_read` is when this worker last read its memory.
+    fn exhausted(&self, memory_read: &mut Option<Instant>) -> bool {
+        if self.stopper.reason() != Stop::Running {
+            return true;
+        }
+        if self
+            .limits
+            .timeout
+            .is_some_and(|t| self.start.elapsed() >= t)
+        {
+            self.stopper.stop(Stop::Time);
+            return true;
+        }
+        if let Some(max) = self.limits.max_memory {
+            if memory_read.is_none_or(|at| at.elapsed() >= MEMORY_EVERY) {
+                *memory_read = Some(Instant::now());
+                if resident_bytes().is_some_and(|b| b >= max) {
+                    self.stopper.stop(Stop::Memory);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// The process's resident memory in bytes, where the kernel tells it.
+fn resident_bytes() -> Option<u64> {
+    let statm = procfs::process::Process::myself().ok()?.statm().ok()?;
+    Some(statm.resident * procfs::page_size())
+}
 
 /// Where a packed state lives: an arena of its level, and its bytes there.
 #[derive(Clone, Copy)]
@@ -83,11 +187,27 @@ struct Worker {
     violations: Vec<(usize, usize)>,
     /// (frontier index, action) of the first transition without progress.
     no_progress: Option<(usize, String)>,
+    /// (frontier index, successor count) of the first state with too many successors.
+    overflow: Option<(usize, u64)>,
     transitions: u64,
     recent: Recent,
 }
 
 impl Worker {
+    fn new(id: usize, threads: usize, recent: Recent) -> Worker {
+        Worker {
+            id,
+            threads,
+            arenas: Vec::new(),
+            found: Vec::new(),
+            violations: Vec::new(),
+            no_progress: None,
+            overflow: None,
+            transitions: 0,
+            recent,
+        }
+    }
+
     /// The id of the arena to pack the next state into (the last one), starting a new one
     /// where offsets would overflow 32 bits.
     fn arena(&mut self, spares: &Mutex<Vec<Vec<u8>>>) -> u32 {
@@ -110,7 +230,10 @@ impl Worker {
 }
 
 /// Explores `model` exhaustively within `options.limits` and returns a verdict with a
-/// replayed, shortest counterexample for every violated clause.
+/// replayed counterexample for every violated clause. The phases, each below: the
+/// initial level; per level, expand (threads insert successors into the visited set as
+/// they go), stop if a limit was hit, fold what the workers found, and order the next
+/// frontier; then pick and replay the counterexamples.
 pub fn check<M>(model: &M, options: &Options) -> Report<M>
 where
     M: Checkable,
@@ -120,19 +243,113 @@ where
     let start = Instant::now();
     let threads = options.threads.max(1);
     let visited = Visited::new();
-    // Every state's fingerprint by BFS index: discoveries name parents by index.
-    let mut bfs_fps: Vec<u64> = Vec::new();
-    let mut frontier = Level {
+    let mut frontier = initial_level(model, options.symmetry, &visited);
+    let stopper = Stopper::new();
+    let exact = options.exact.then(Exact::new);
+    if let Some(exact) = &exact {
+        for i in 0..frontier.fps.len() {
+            exact.same_or_new(frontier.fps[i], frontier.state(i));
+        }
+    }
+    let level = LevelWork {
+        model,
+        options,
+        visited: &visited,
+        spares: Mutex::new(Vec::new()),
+        budget: Budget {
+            limits: &options.limits,
+            start,
+            stopper: &stopper,
+            exact: exact.as_ref(),
+        },
+        // Unique states found so far, counted as they are found so that the state
+        // limit stops the search at that many, not at the end of the level past it.
+        found_total: AtomicU64::new(frontier.fps.len() as u64),
+        panic: Mutex::new(None),
+    };
+    let mut folded = Folded::new(model.clause_count());
+    let mut recents: Vec<Recent> = Vec::new();
+    let mut depth = 0u32;
+    while !frontier.fps.is_empty() {
+        if options.limits.max_depth.is_some_and(|max| depth > max) {
+            folded.cutoff = Some(Cutoff::Depth(depth - 1));
+            break;
+        }
+        if let Some(progress) = &options.progress {
+            progress.depth.store(depth, Ordering::Relaxed);
+        }
+        let base = folded.bfs_fps.len() as u64;
+        folded.bfs_fps.extend_from_slice(&frontier.fps);
+        let mut workers = level.expand(&frontier, base, threads, &mut recents);
+        if let Some(stopped) = level.stopped(&workers, depth) {
+            folded.cutoff = Some(stopped);
+            // This level is already counted in `bfs_fps`; what it partly found is dropped.
+            frontier.fps.clear();
+            break;
+        }
+        folded.fold(&mut workers, base, depth, &mut recents);
+        let next = next_level(threads, &visited, &mut workers);
+        let old = std::mem::replace(&mut frontier, next);
+        level
+            .spares
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(old.arenas);
+        if !frontier.fps.is_empty() {
+            depth += 1;
+        }
+    }
+    let unique_states = match folded.cutoff {
+        // Exactly the limit: how many the cut level found past the completed ones
+        // depends on timing.
+        Some(Cutoff::States(max)) => max,
+        _ => (folded.bfs_fps.len() + frontier.fps.len()) as u64,
+    };
+    drop(frontier);
+    drop(level);
+    let counterexamples = pick_counterexamples(
+        model,
+        options,
+        &visited,
+        &folded.bfs_fps,
+        &folded.first,
+        &folded.cutoff,
+    );
+    let verdict = match (&counterexamples.is_empty(), &folded.cutoff) {
+        (false, _) => Verdict::Violated,
+        (true, Some(c)) => Verdict::Inconclusive(c.clone()),
+        (true, None) => Verdict::Holds,
+    };
+    Report {
+        verdict,
+        counterexamples,
+        cutoff: folded.cutoff,
+        unique_states,
+        transitions: folded.transitions,
+        max_depth: depth,
+        elapsed: start.elapsed(),
+        exact: options.exact,
+    }
+}
+
+/// The initial states, packed and visited: level 0.
+fn initial_level<M>(model: &M, symmetry: bool, visited: &Visited) -> Level
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let mut level = Level {
         arenas: vec![Vec::new()],
         ..Level::default()
     };
     for init in model.init_states() {
-        let arena = &mut frontier.arenas[0];
+        let arena = &mut level.arenas[0];
         let begin = arena.len();
-        let fp = super::pack_canonical(model, init, options.symmetry, arena);
+        let fp = super::pack_canonical(model, init, symmetry, arena);
         if visited.visit(fp, visited::ROOT) {
-            frontier.fps.push(fp);
-            frontier.locs.push(Loc {
+            level.fps.push(fp);
+            level.locs.push(Loc {
                 arena: 0,
                 start: begin as u32,
                 len: (arena.len() - begin) as u32,
@@ -141,97 +358,191 @@ where
             arena.truncate(begin);
         }
     }
-    let spares: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-    let mut recents: Vec<Recent> = Vec::new();
-    let clause_count = model.clause_count();
-    // BFS index of the first state that breaks each clause.
-    let mut first: Vec<Option<u64>> = vec![None; clause_count];
-    let mut transitions = 0u64;
-    let mut depth = 0u32;
-    let mut cutoff: Option<Cutoff> = None;
-    let timed_out = AtomicBool::new(false);
+    level
+}
 
-    while !frontier.fps.is_empty() {
-        if options.limits.max_depth.is_some_and(|max| depth > max) {
-            cutoff = Some(Cutoff::Depth(depth - 1));
-            break;
-        }
-        if let Some(progress) = &options.progress {
-            progress.depth.store(depth, Ordering::Relaxed);
-        }
-        let base = bfs_fps.len() as u64;
-        bfs_fps.extend_from_slice(&frontier.fps);
+/// What every worker of a level shares.
+struct LevelWork<'a, M> {
+    model: &'a M,
+    options: &'a Options,
+    visited: &'a Visited,
+    /// Arenas of the level before last, for reuse.
+    spares: Mutex<Vec<Vec<u8>>>,
+    budget: Budget<'a>,
+    found_total: AtomicU64,
+    /// The first panic of a worker, raised again on the caller's thread.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl<M> LevelWork<'_, M>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    /// Expands `frontier` (its first state has BFS index `base`) on up to `threads`
+    /// threads, each owning its worker: chunks are taken from a shared counter, and
+    /// successors go straight into the shared visited set.
+    fn expand(
+        &self,
+        frontier: &Level,
+        base: u64,
+        threads: usize,
+        recents: &mut Vec<Recent>,
+    ) -> Vec<Worker> {
         let chunks = frontier.fps.len().div_ceil(CHUNK);
-        let next_chunk = AtomicUsize::new(0);
-        let workers: Vec<Mutex<Worker>> = (0..threads)
-            .map(|id| {
-                Mutex::new(Worker {
-                    id,
-                    threads,
-                    arenas: Vec::new(),
-                    found: Vec::new(),
-                    violations: Vec::new(),
-                    no_progress: None,
-                    transitions: 0,
-                    recent: recents.pop().unwrap_or_else(Recent::new),
-                })
-            })
+        let count = threads.min(chunks).max(1);
+        let workers: Vec<Worker> = (0..count)
+            .map(|id| Worker::new(id, count, recents.pop().unwrap_or_else(Recent::new)))
             .collect();
-        let next_worker = AtomicUsize::new(0);
-        let expand = || {
-            let w = next_worker.fetch_add(1, Ordering::Relaxed);
-            let mut worker = workers[w].lock().unwrap_or_else(|e| e.into_inner());
-            let mut scratch = Scratch::new(clause_count);
-            loop {
-                let c = next_chunk.fetch_add(1, Ordering::Relaxed);
-                if c >= chunks {
-                    break;
+        let next_chunk = AtomicUsize::new(0);
+        let run = |mut worker: Worker| {
+            let mut scratch = Scratch::new(self.model.clause_count());
+            let expanded = catch_unwind(AssertUnwindSafe(|| {
+                self.expand_chunks(frontier, base, &next_chunk, &mut worker, &mut scratch)
+            }));
+            // A worker that panics stops the others at their next chunk; the panic is
+            // raised again on the caller's thread once all have stopped, never a hang.
+            if let Err(payload) = expanded {
+                self.budget.stopper.stop(Stop::Panicked);
+                self.panic
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(payload);
+            }
+            worker
+        };
+        let workers = if count == 1 {
+            workers.into_iter().map(run).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = workers
+                    .into_iter()
+                    .map(|worker| scope.spawn(|| run(worker)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a worker's panic is caught inside it"))
+                    .collect()
+            })
+        };
+        if let Some(payload) = self.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            resume_unwind(payload);
+        }
+        workers
+    }
+
+    /// One worker's loop: chunk after chunk until none is left or the search must stop.
+    fn expand_chunks(
+        &self,
+        frontier: &Level,
+        base: u64,
+        next_chunk: &AtomicUsize,
+        worker: &mut Worker,
+        scratch: &mut Scratch<M::Action>,
+    ) {
+        let chunks = frontier.fps.len().div_ceil(CHUNK);
+        let stopper = self.budget.stopper;
+        loop {
+            let c = next_chunk.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks || self.budget.exhausted(&mut scratch.memory_read) {
+                return;
+            }
+            let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len());
+            if let Some(progress) = &self.options.progress {
+                progress
+                    .explored
+                    .fetch_add(range.len() as u64, Ordering::Relaxed);
+            }
+            for index in range {
+                let before = worker.found.len();
+                expand_state(
+                    self.model,
+                    self.options.symmetry,
+                    self.visited,
+                    frontier,
+                    base,
+                    index,
+                    &self.spares,
+                    worker,
+                    scratch,
+                    &self.budget,
+                );
+                if stopper.reason() != Stop::Running {
+                    return;
                 }
-                if options.limits.timeout.is_some_and(|t| start.elapsed() >= t) {
-                    timed_out.store(true, Ordering::Relaxed);
-                    break;
+                let new = (worker.found.len() - before) as u64;
+                let total = self.found_total.fetch_add(new, Ordering::Relaxed) + new;
+                if self
+                    .options
+                    .limits
+                    .max_states
+                    .is_some_and(|max| total > max)
+                {
+                    stopper.stop(Stop::States);
+                    return;
                 }
-                let range = c * CHUNK..((c + 1) * CHUNK).min(frontier.fps.len());
-                if let Some(progress) = &options.progress {
-                    progress
-                        .explored
-                        .fetch_add(range.len() as u64, Ordering::Relaxed);
-                }
-                for index in range {
-                    expand_state(
-                        model,
-                        options.symmetry,
-                        &visited,
-                        &frontier,
-                        base,
-                        index,
-                        &spares,
-                        &mut worker,
-                        &mut scratch,
-                    );
+                if worker.overflow.is_some() {
+                    stopper.stop(Stop::Successors);
+                    return;
                 }
             }
-        };
-        run_parallel(threads, &expand);
-        if timed_out.load(Ordering::Relaxed) {
-            cutoff = Some(Cutoff::Time(start.elapsed()));
-            // This level is already counted in `bfs_fps`; what it partly found is dropped.
-            frontier.fps.clear();
-            break;
         }
-        let mut workers: Vec<Worker> = workers
-            .into_iter()
-            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-            .collect();
+    }
 
+    /// Why the workers stopped in the middle of the level at `depth`, if they did.
+    fn stopped(&self, workers: &[Worker], depth: u32) -> Option<Cutoff> {
+        let limits = &self.options.limits;
+        match self.budget.stopper.reason() {
+            Stop::Running => None,
+            Stop::Time => Some(Cutoff::Time(self.budget.start.elapsed())),
+            Stop::Memory => Some(Cutoff::Memory(limits.max_memory.unwrap_or_default())),
+            Stop::States => Some(Cutoff::States(limits.max_states.unwrap_or_default())),
+            Stop::Successors => {
+                let (count, _) = workers
+                    .iter()
+                    .filter_map(|w| w.overflow.map(|(index, count)| (count, index)))
+                    .min_by_key(|&(_, index)| index)
+                    .expect("a worker saw the overflow");
+                Some(Cutoff::Successors { count, depth })
+            }
+            Stop::Collision => Some(Cutoff::Collision { depth }),
+            Stop::Panicked => unreachable!("a panic is raised again by expand"),
+        }
+    }
+}
+
+/// What the completed levels add up to.
+struct Folded {
+    /// Every state's fingerprint by BFS index: discoveries name parents by index.
+    bfs_fps: Vec<u64>,
+    /// BFS index of the first state that breaks each clause.
+    first: Vec<Option<u64>>,
+    transitions: u64,
+    cutoff: Option<Cutoff>,
+}
+
+impl Folded {
+    fn new(clause_count: usize) -> Folded {
+        Folded {
+            bfs_fps: Vec::new(),
+            first: vec![None; clause_count],
+            transitions: 0,
+            cutoff: None,
+        }
+    }
+
+    /// Takes in a completed level's workers (whose frontier began at BFS index `base`):
+    /// each clause's first violation, the transitions, the first step without progress.
+    fn fold(&mut self, workers: &mut [Worker], base: u64, depth: u32, recents: &mut Vec<Recent>) {
         let mut no_progress: Option<(usize, String)> = None;
-        for worker in &mut workers {
+        for worker in workers {
             recents.push(std::mem::replace(&mut worker.recent, Recent(Vec::new())));
-            transitions += worker.transitions;
+            self.transitions += worker.transitions;
             for &(clause, index) in &worker.violations {
                 let index = base + index as u64;
-                if first[clause].is_none_or(|f| index < f) {
-                    first[clause] = Some(index);
+                if self.first[clause].is_none_or(|f| index < f) {
+                    self.first[clause] = Some(index);
                 }
             }
             if let Some((index, action)) = worker.no_progress.take() {
@@ -240,67 +551,74 @@ where
                 }
             }
         }
-        if cutoff.is_none() {
+        if self.cutoff.is_none() {
             if let Some((_, action)) = no_progress {
-                cutoff = Some(Cutoff::PossibleCycle { action, depth });
-            }
-        }
-
-        let next = next_level(threads, &visited, &mut workers);
-        let old = std::mem::replace(&mut frontier, next);
-        spares
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(old.arenas);
-        if !frontier.fps.is_empty() {
-            depth += 1;
-        }
-        if let Some(max) = options.limits.max_states {
-            let unique = bfs_fps.len() + frontier.fps.len();
-            if unique as u64 > max && !frontier.fps.is_empty() {
-                cutoff = Some(Cutoff::States(max));
-                break;
+                self.cutoff = Some(Cutoff::PossibleCycle { action, depth });
             }
         }
     }
-    let unique_states = (bfs_fps.len() + frontier.fps.len()) as u64;
-    drop(frontier);
-    drop(spares);
+}
 
-    let mut counterexamples = Vec::new();
-    for (clause, index) in first.iter().enumerate() {
-        if let Some(index) = index {
-            let path = replay::path_to(&visited, &bfs_fps, *index);
-            let replayed = replay::replay_fingerprints(model, &path, options.symmetry, clause)
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "checker bug: counterexample for {} did not replay: {e}",
-                        model.clause_name(clause)
-                    )
-                });
-            counterexamples.push(Counterexample {
+/// Each violated clause's reported counterexample, replayed: its cheapest ([`super::order`])
+/// when the graph was explored whole, else its first in BFS order.
+fn pick_counterexamples<M>(
+    model: &M,
+    options: &Options,
+    visited: &Visited,
+    bfs_fps: &[u64],
+    first: &[Option<u64>],
+    cutoff: &Option<Cutoff>,
+) -> Vec<Counterexample<M>>
+where
+    M: Checkable,
+    M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let violated: Vec<usize> = (0..first.len()).filter(|&c| first[c].is_some()).collect();
+    // A possible cycle leaves the explored graph whole; any other cut does not.
+    let whole = matches!(cutoff, None | Some(Cutoff::PossibleCycle { .. }));
+    let choice = match (options.shortest, whole) {
+        (true, _) => Choice::Shortest,
+        (false, true) => Choice::Cheapest,
+        (false, false) => Choice::ShortestCut,
+    };
+    let cheapest = if choice == Choice::Cheapest && !violated.is_empty() {
+        order::cheapest(model, options.symmetry, &violated)
+    } else {
+        Vec::new()
+    };
+    violated
+        .iter()
+        .enumerate()
+        .map(|(i, &clause)| {
+            let path = match cheapest.get(i) {
+                Some(Some(path)) => path.clone(),
+                _ => replay::path_to(visited, bfs_fps, first[clause].expect("violated")),
+            };
+            let point_of_no_return = (model.clause_kind(clause) == Kind::Liveness)
+                .then(|| no_return::point_of_no_return(model, options.symmetry, clause, &path))
+                .flatten();
+            let (initial, steps) =
+                replay::replay_fingerprints(model, &path, options.symmetry, clause).unwrap_or_else(
+                    |e| {
+                        panic!(
+                            "checker bug: counterexample for {} did not replay: {e}",
+                            model.clause_name(clause)
+                        )
+                    },
+                );
+            Counterexample {
                 clause,
                 name: model.clause_name(clause),
                 kind: model.clause_kind(clause),
-                initial: replayed.0,
-                steps: replayed.1,
-            });
-        }
-    }
-    let verdict = match (&counterexamples.is_empty(), &cutoff) {
-        (false, _) => Verdict::Violated,
-        (true, Some(c)) => Verdict::Inconclusive(c.clone()),
-        (true, None) => Verdict::Holds,
-    };
-    Report {
-        verdict,
-        counterexamples,
-        cutoff,
-        unique_states,
-        transitions,
-        max_depth: depth,
-        elapsed: start.elapsed(),
-    }
+                cost: Cost::of(model, steps.iter().map(|(action, _)| action)),
+                choice,
+                point_of_no_return,
+                initial,
+                steps,
+            }
+        })
+        .collect()
 }
 
 fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
@@ -321,6 +639,8 @@ struct Scratch<A> {
     /// A state's successors not recently seen: fingerprint, action position, bytes.
     candidates: Vec<(u64, usize, std::ops::Range<usize>)>,
     seen_clause: Vec<bool>,
+    /// When this thread last read the process's memory.
+    memory_read: Option<Instant>,
 }
 
 impl<A> Scratch<A> {
@@ -329,6 +649,7 @@ impl<A> Scratch<A> {
             actions: Vec::new(),
             candidates: Vec::new(),
             seen_clause: vec![false; clause_count],
+            memory_read: None,
         }
     }
 }
@@ -345,6 +666,7 @@ fn expand_state<M>(
     spares: &Mutex<Vec<Vec<u8>>>,
     worker: &mut Worker,
     scratch: &mut Scratch<M::Action>,
+    budget: &Budget,
 ) where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -358,7 +680,15 @@ fn expand_state<M>(
     }
     let mut actions = std::mem::take(&mut scratch.actions);
     actions.clear();
-    model.expand_actions(&state, &mut actions);
+    let expanded = model.expand_actions(&state, &mut actions);
+    if let Err(count) = expanded.and_then(|()| {
+        let count = actions.len() as u64;
+        (count <= super::SUCCESSORS_MAX).then_some(()).ok_or(count)
+    }) {
+        worker.overflow.get_or_insert((index, count));
+        scratch.actions = actions;
+        return;
+    }
     let progress = model.progress(&state);
     // Does fairness force a step from here? If not, a run may end here.
     let mut forced = false;
@@ -371,6 +701,11 @@ fn expand_state<M>(
     // prefetch on top of the batching gained nothing).
     let mut candidates = std::mem::take(&mut scratch.candidates);
     for (position, action) in actions.drain(..).enumerate() {
+        // The level is dropped when the budget runs out, so this state may stop halfway.
+        if position % BUDGET_EVERY == BUDGET_EVERY - 1 && budget.exhausted(&mut scratch.memory_read)
+        {
+            break;
+        }
         let optional = model.is_optional(&action);
         let Some(next) = model.next_state(&state, action.clone()) else {
             continue;
@@ -382,7 +717,9 @@ fn expand_state<M>(
         }
         let begin = arena.len();
         let fp = super::pack_canonical(model, next, symmetry, arena);
-        if worker.recent.seen(fp) {
+        // An exact search compares every match in full, so it skips the cache of
+        // fingerprints alone.
+        if budget.exact.is_none() && worker.recent.seen(fp) {
             arena.truncate(begin);
         } else {
             candidates.push((fp, position, begin..arena.len()));
@@ -392,6 +729,11 @@ fn expand_state<M>(
     let mut end = first;
     for (fp, position, bytes) in candidates.drain(..) {
         let discovery = visited::discovery(base + index as u64, position);
+        if let Some(exact) = budget.exact {
+            if !exact.same_or_new(fp, &arena[bytes.clone()]) {
+                budget.stopper.stop(Stop::Collision);
+            }
+        }
         if visited.visit(fp, discovery) {
             let len = bytes.len();
             arena.copy_within(bytes, end);
@@ -431,15 +773,14 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let mut kept = true;
-    for (clause, seen) in scratch.seen_clause.iter_mut().enumerate() {
-        if model.clause_kind(clause) == kind && !model.clause_holds(clause, state) {
-            kept = false;
-            // Each thread takes chunks in frontier order, so its first sighting is its
-            // smallest index; the smallest over threads is the level's first.
-            if !*seen {
-                *seen = true;
-                worker.violations.push((clause, index));
-            }
+    for clause in super::broken_clauses(model, state, kind) {
+        kept = false;
+        // Each thread takes chunks in frontier order, so its first sighting is its
+        // smallest index; the smallest over threads is the level's first.
+        let seen = &mut scratch.seen_clause[clause];
+        if !*seen {
+            *seen = true;
+            worker.violations.push((clause, index));
         }
     }
     kept

@@ -18,12 +18,15 @@ pub(super) const ROOT: u64 = 0;
 /// Bits of a discovery that number the action among its parent's successors.
 const ACTION_BITS: u32 = 16;
 
+/// How many successors a discovery can number.
+pub(super) const ACTIONS_MAX: u64 = 1 << ACTION_BITS;
+
 /// How a state was reached, ordered as a sequential BFS meets it: by the parent's index in
 /// BFS order (across all levels), then by the action's position among the parent's.
 pub(super) fn discovery(parent_index: u64, action: usize) -> u64 {
-    assert!(
-        action < 1 << ACTION_BITS,
-        "a state with more than 65,536 successors"
+    debug_assert!(
+        (action as u64) < ACTIONS_MAX,
+        "the search refuses states with more successors"
     );
     ((parent_index + 1) << ACTION_BITS) | action as u64
 }

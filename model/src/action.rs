@@ -1,0 +1,62 @@
+//! Everything that can happen in a contract scenario, named as in vLLM: the actions of
+//! [`crate::model::ContractModel`], which traces print ([`crate::describe`]) and ITF
+//! files record for `kvcc replay`.
+
+use crate::offload::StoresDone;
+use crate::state::RequestId;
+use kvcc_aggregator::Rank;
+
+/// Everything that can happen, named as in vLLM. Serialized into ITF traces so that
+/// `kvcc replay` can re-execute them.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(
+    tag = "action",
+    rename_all = "kebab-case",
+    rename_all_fields = "kebab-case"
+)]
+pub enum Action {
+    /// P finishes prefilling: `request_finished` returns True and the free is delayed.
+    PrefillFinishes { request: RequestId },
+    /// A P worker finishes loading its own copy of a request's KV.
+    PrefillWorkerLoads { rank: Rank, request: RequestId },
+    /// A P engine step: metadata reaches the workers, their outputs are aggregated, the
+    /// scheduler frees what is emitted. Faults: the output rank's output is lost;
+    /// the output rank announces a new `expected_finished_count`. Under MultiConnector,
+    /// the offloading stores the workers' poll finds completed (see [`crate::offload`]).
+    PrefillEngineSteps {
+        output_lost: bool,
+        announces_count: bool,
+        #[serde(default, skip_serializing_if = "StoresDone::is_empty")]
+        stores_done: StoresDone,
+    },
+    /// A P rank's lease on a request expires: it reports the request as sent.
+    LeaseExpires { rank: Rank, request: RequestId },
+    /// D admits a request and waits for remote KV (or hits its whole prefix locally).
+    DecodeAdmits {
+        request: RequestId,
+        prefix_hit: bool,
+    },
+    /// D crashes before reading a request.
+    DecoderCrashes { request: RequestId },
+    /// A D rank's handshake with P finishes.
+    HandshakeCompletes {
+        decoder: Rank,
+        request: RequestId,
+        ok: bool,
+    },
+    /// A read handle completes and notifies its P rank (unless the notification is lost).
+    ReadCompletes {
+        handle: u16,
+        request: RequestId,
+        notification_lost: bool,
+    },
+    /// A read handle fails mid-transfer.
+    ReadFails { handle: u16, request: RequestId },
+    /// A D engine step: metadata reaches the workers, their outputs are aggregated, the
+    /// scheduler wakes what is emitted. Fault: the output rank's output is lost.
+    DecodeEngineSteps { output_lost: bool },
+    /// The client aborts a request (both schedulers hear of it).
+    ClientAborts { request: RequestId },
+}

@@ -1,0 +1,302 @@
+//! Issue 16: fuzzing on stable, in the suite. Each target feeds one reader of untrusted
+//! input with mutations of real inputs (the shipped specs, a real ITF trace, a recorded
+//! run's lines) or random in-range specs, and asserts what hostile input must never break:
+//! no panic, an error that names the file, and (for the model) the same result on one
+//! thread and two.
+//!
+//! The suite runs a few hundred cases per target (seconds). A long run, as recorded in
+//! docs/fuzzing.md:
+//!
+//! ```sh
+//! KVCC_FUZZ_CASES=1000000 cargo test --release -p kvcc-e2e -- fuzz:: --test-threads 1
+//! ```
+//!
+//! A failing case is saved by proptest under `tests/proptest-regressions/` and replayed
+//! first on every later run: commit it with the fix, as a regression test.
+
+use crate::common::root;
+use kvcc::run::{self, Observed, Settings};
+use kvcc::spec::Spec;
+use kvcc_conform::intern::Interner;
+use kvcc_model::checker::Limits;
+use proptest::prelude::*;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Cases per target: `KVCC_FUZZ_CASES`, else `default`.
+fn cases(default: u32) -> ProptestConfig {
+    let cases = std::env::var("KVCC_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default);
+    ProptestConfig {
+        cases,
+        // A crash is found by the input, not by shrinking it for minutes.
+        max_shrink_iters: 256,
+        ..ProptestConfig::default()
+    }
+}
+
+/// One edit of a byte string, at a position given as a fraction of its length.
+#[derive(Clone, Debug)]
+enum Edit {
+    /// Replace the byte there.
+    Set(f64, u8),
+    /// Remove up to `n` bytes from there.
+    Delete(f64, usize),
+    /// Insert bytes there.
+    Insert(f64, Vec<u8>),
+    /// Copy up to `n` bytes from one place to another (duplicated keys, lines, arrays).
+    Copy(f64, f64, usize),
+    /// Replace the next run of digits there by a hostile number.
+    Number(f64, &'static str),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    let at = 0.0..1.0f64;
+    prop_oneof![
+        (at.clone(), any::<u8>()).prop_map(|(a, b)| Edit::Set(a, b)),
+        (at.clone(), 1..64usize).prop_map(|(a, n)| Edit::Delete(a, n)),
+        (at.clone(), prop::collection::vec(any::<u8>(), 1..8))
+            .prop_map(|(a, b)| Edit::Insert(a, b)),
+        (at.clone(), at.clone(), 1..256usize).prop_map(|(a, b, n)| Edit::Copy(a, b, n)),
+        (
+            at,
+            prop::sample::select(vec![
+                "0",
+                "-1",
+                "65536",
+                "4294967296",
+                "18446744073709551616",
+                "1e999",
+                "99999999999999999999999",
+            ])
+        )
+            .prop_map(|(a, n)| Edit::Number(a, n)),
+    ]
+}
+
+fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    let pos = |bytes: &Vec<u8>, at: f64| ((bytes.len() as f64) * at) as usize;
+    for edit in edits {
+        match edit {
+            Edit::Set(at, b) => {
+                let i = pos(&bytes, *at);
+                if i < bytes.len() {
+                    bytes[i] = *b;
+                }
+            }
+            Edit::Delete(at, n) => {
+                let i = pos(&bytes, *at);
+                let end = (i + n).min(bytes.len());
+                bytes.drain(i..end);
+            }
+            Edit::Insert(at, b) => {
+                let i = pos(&bytes, *at);
+                bytes.splice(i..i, b.iter().copied());
+            }
+            Edit::Copy(from, to, n) => {
+                let i = pos(&bytes, *from);
+                let piece: Vec<u8> = bytes[i..(i + n).min(bytes.len())].to_vec();
+                let j = pos(&bytes, *to);
+                bytes.splice(j..j, piece);
+            }
+            Edit::Number(at, n) => {
+                let i = pos(&bytes, *at);
+                if let Some(start) = bytes[i..].iter().position(u8::is_ascii_digit) {
+                    let start = i + start;
+                    let len = bytes[start..]
+                        .iter()
+                        .take_while(|b| b.is_ascii_digit())
+                        .count();
+                    bytes.splice(start..start + len, n.bytes());
+                }
+            }
+        }
+    }
+    bytes
+}
+
+/// A corpus item and the edits to make to it.
+fn mutated(corpus: &'static [Vec<u8>]) -> impl Strategy<Value = Vec<u8>> {
+    (0..corpus.len(), prop::collection::vec(edit(), 0..6))
+        .prop_map(move |(i, edits)| apply(corpus[i].clone(), &edits))
+}
+
+fn shipped_specs() -> &'static [Vec<u8>] {
+    static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        crate::common::shipped_specs()
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .collect()
+    })
+}
+
+/// A real trace: the seed regression's, written once by the checker.
+fn real_traces() -> &'static [Vec<u8>] {
+    static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = root().join(crate::common::fixture("seed-59325.toml"));
+        let spec = Spec::load(spec.to_str().unwrap()).unwrap();
+        let settings = Settings {
+            threads: 1,
+            trace_dir: Some(dir.path().to_path_buf()),
+            all_traces: true,
+            ..Settings::default()
+        };
+        let case = &spec.cases(&[]).unwrap()[0];
+        let outcome = run::check(&spec, case, &settings).unwrap();
+        outcome
+            .traces
+            .iter()
+            .filter(|t| t.to_string_lossy().ends_with(".itf.json"))
+            .map(|t| std::fs::read(t).unwrap())
+            .collect()
+    })
+}
+
+fn recorded_lines() -> &'static [Vec<u8>] {
+    static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let run = root().join("tests/fixtures/runs/strict-duplicate");
+        let mut lines = Vec::new();
+        for file in [
+            "rank-0.jsonl",
+            "rank-1.jsonl",
+            "rank-2.jsonl",
+            "header.json",
+        ] {
+            let text = std::fs::read_to_string(run.join(file)).unwrap();
+            lines.extend(text.lines().map(|l| l.as_bytes().to_vec()));
+            lines.push(text.into_bytes());
+        }
+        lines
+    })
+}
+
+proptest! {
+    #![proptest_config(cases(512))]
+
+    #[test]
+    fn fuzz_spec_loader(bytes in mutated(shipped_specs())) {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        match Spec::parse("fuzz.toml", text) {
+            Err(e) => prop_assert_eq!(e.file.as_deref(), Some("fuzz.toml")),
+            // A spec that loads builds every point's config or says why, naming it.
+            Ok(spec) => if let Err(e) = spec.cases(&[]) {
+                prop_assert_eq!(e.file.as_deref(), Some("fuzz.toml"));
+            },
+        }
+    }
+
+    #[test]
+    fn fuzz_itf_reader(bytes in mutated(real_traces())) {
+        let text = String::from_utf8_lossy(&bytes);
+        if let Err(e) = kvcc::trace::replay::parse("fuzz.itf.json", &text) {
+            prop_assert_eq!(e.file.as_deref(), Some("fuzz.itf.json"));
+        }
+    }
+
+    #[test]
+    fn fuzz_recorded_run_reader(bytes in mutated(recorded_lines())) {
+        let interner = Interner::new();
+        for expected in [0, 2] {
+            if let Err(e) = kvcc_conform::reader::parse(1, &bytes, "rank-1.jsonl", 7, expected, &interner) {
+                prop_assert_eq!(e.file.as_deref(), Some("rank-1.jsonl"));
+            }
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        if let Err(e) = kvcc_conform::format::Header::parse("header.json", &text) {
+            prop_assert_eq!(e.file.as_deref(), Some("header.json"));
+        }
+    }
+}
+
+/// A random spec with every knob in range (the schema's), expecting `holds`.
+fn random_spec() -> impl Strategy<Value = String> {
+    let small = || prop::sample::select(vec![1u16, 2, 4]);
+    let knobs = (
+        (small(), 1..=2u16, small(), small(), small()),
+        (
+            1..=2u8,
+            1..=2u8,
+            prop::sample::select(vec!["world-size", "world-size-over-pcp"]),
+        ),
+        (
+            prop::sample::select(vec!["nixl", "multi-offload"]),
+            prop::sample::select(vec!["countdown", "strict"]),
+        ),
+        (
+            prop::sample::select(vec!["nothing", "synthetic", "synthetic-on-batch"]),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        prop::collection::vec(any::<bool>(), 7),
+        (
+            prop::sample::select(vec!["replicated", "sharded"]),
+            prop::sample::select(vec!["keep-stepping", "idle"]),
+        ),
+    );
+    knobs.prop_map(|((tp, pp, pcp, dcp, dtp), (requests, batches, count), (connector, policy), (reports, clear, lease), faults, (layout, stepping))| {
+        let names = ["client-abort", "lost-notification", "decoder-never-reads", "late-read-after-lease", "handshake-failure", "transfer-error", "missing-output-rank"];
+        let faults: String = names.iter().zip(&faults).map(|(n, on)| format!("{n} = {on}\n")).collect();
+        format!(
+            "version = 1\nrequests = {requests}\nmax-concurrent-batches = {batches}\nexpected-count = \"{count}\"\n\
+             connector = \"{connector}\"\npolicy = \"{policy}\"\n\
+             [prefill]\ntp = {tp}\npp = {pp}\npcp = {pcp}\ndcp = {dcp}\nlayout = \"{layout}\"\n\
+             [decode]\ntp = {dtp}\n\
+             [producer]\nreplicated-reports = \"{reports}\"\nclear-replicated = {clear}\nlease = {lease}\n\
+             [scheduler]\nstepping = \"{stepping}\"\n\
+             [faults]\n{faults}\
+             [expect]\nverdict = \"holds\"\n"
+        )
+    })
+}
+
+/// (observed, unique states, violated clauses, max depth) on `threads` threads.
+fn checked(spec: &Spec, threads: usize) -> Option<(Observed, u64, Vec<String>, u32)> {
+    let settings = Settings {
+        threads,
+        limits: Limits {
+            max_states: Some(3_000),
+            timeout: Some(Duration::from_secs(5)),
+            ..Limits::default()
+        },
+        ..Settings::default()
+    };
+    let case = &spec.cases(&[]).ok()?[0];
+    let outcome = run::check(spec, case, &settings).expect("a valid spec checks");
+    let clauses = outcome
+        .violations
+        .iter()
+        .map(|v| format!("{}: {}", v.property, v.clause))
+        .collect();
+    Some((
+        outcome.observed,
+        outcome.unique_states,
+        clauses,
+        outcome.max_depth,
+    ))
+}
+
+proptest! {
+    #![proptest_config(cases(48))]
+
+    #[test]
+    fn fuzz_model_on_random_specs(text in random_spec()) {
+        let Ok(spec) = Spec::parse("random.toml", text.clone()) else {
+            // Out of the model's range (the loader says why; fuzz_spec_loader covers it).
+            return Ok(());
+        };
+        let one = checked(&spec, 1);
+        let two = checked(&spec, 2);
+        let timed_out = |r: &Option<(Observed, u64, Vec<String>, u32)>| {
+            matches!(r, Some((Observed::Inconclusive(why), ..)) if why.contains("time limit"))
+        };
+        if !timed_out(&one) && !timed_out(&two) {
+            prop_assert_eq!(one, two, "{}", text);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Issue 16: input from strangers (specs, traces and recorded runs in pull requests) gets a
+//! clear error and exit 2 — never a read of a file the user did not name, a device read
+//! forever, a panic on a closed pipe or a full disk.
+
+use crate::common::{fixture, kvcc, root, run};
+use std::io::Read;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Runs kvcc and asserts it ends with exit 2 within a second, with `message` on stderr
+/// and no panic.
+fn refused_quickly(args: &[&str], message: &str) {
+    let started = Instant::now();
+    let (code, stdout, stderr) = run(args);
+    let elapsed = started.elapsed();
+    assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+    assert!(stderr.contains(message), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "{args:?} took {elapsed:?}"
+    );
+}
+
+#[test]
+fn issue16_devices_are_refused_as_specs_and_traces() {
+    for device in ["/dev/zero", "/dev/urandom"] {
+        let not_regular = "not a regular file";
+        refused_quickly(&["check", device], not_regular);
+        refused_quickly(&["replay", device], not_regular);
+        refused_quickly(&["explore", device], not_regular);
+        refused_quickly(&["simulate", device, "--out", "/nonexistent"], not_regular);
+    }
+}
+
+/// A real trace of the seed fixture, written into `dir`, with its `#meta.source` set.
+fn trace_naming(dir: &Path, source: &str) -> String {
+    let (code, _, stderr) = run(&[
+        "check",
+        &fixture("seed-59325.toml"),
+        "--trace-dir",
+        dir.to_str().unwrap(),
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let trace = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".itf.json"))
+        .expect("a trace written");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    doc["#meta"]["source"] = source.into();
+    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
+    trace.display().to_string()
+}
+
+#[test]
+fn issue16_a_trace_cannot_make_replay_read_files_outside_the_working_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    for source in [
+        "/dev/zero",
+        "/etc/passwd",
+        "/etc/hostname.toml",
+        "../../etc/x.toml",
+        "specs/../../x.toml",
+    ] {
+        let trace = trace_naming(dir.path(), source);
+        refused_quickly(&["replay", &trace], "pass --spec PATH");
+    }
+    // A link beside the trace that leads out of both trees is refused too.
+    let link = dir.path().join("linked.toml");
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    let trace = trace_naming(dir.path(), "linked.toml");
+    refused_quickly(&["replay", &trace], "leads outside");
+}
+
+#[test]
+fn issue16_a_trace_naming_a_spec_in_the_working_tree_still_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace_naming(dir.path(), &fixture("seed-59325.toml"));
+    let (code, stdout, stderr) = run(&["replay", &trace]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    // And --spec is the user's explicit choice, followed wherever it is.
+    let trace = trace_naming(dir.path(), "/etc/passwd");
+    let spec = root().join(fixture("seed-59325.toml"));
+    let (code, stdout, stderr) = run(&["replay", &trace, "--spec", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+}
+
+#[test]
+fn issue16_replay_of_an_unknown_clause_is_an_input_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace_naming(dir.path(), &fixture("seed-59325.toml"));
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    doc["#meta"]["clause"] = "no-such-clause".into();
+    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
+    refused_quickly(&["replay", &trace], "#meta.clause: kvcc");
+}
+
+#[test]
+fn issue16_a_closed_reader_ends_kvcc_quietly() {
+    let mut child = kvcc()
+        .args(["check", "specs", "--format", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The pipe's read end is dropped here, as `| head -c 10` does.
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn issue16_a_full_disk_is_an_error_not_a_panic() {
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let output = kvcc()
+        .args(["check", &fixture("seed-59325.toml")])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot write to standard output"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn issue16_a_link_inside_a_walked_directory_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/etc", dir.path().join("loop")).unwrap();
+    refused_quickly(&["check", dir.path().to_str().unwrap()], "symbolic link");
+}
+
+#[test]
+fn issue16_smaller_defects_get_located_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    // A control character in a comment: the parser's own message is empty.
+    let control = dir.path().join("control.toml");
+    std::fs::write(&control, "#a\u{2}\n").unwrap();
+    // Shown as a compiler shows it (issue 13): the message, then FILE:LINE:COLUMN.
+    refused_quickly(
+        &["check", control.to_str().unwrap()],
+        "error: invalid TOML: control character U+0002",
+    );
+    refused_quickly(&["check", control.to_str().unwrap()], "control.toml:1:3\n");
+    // Non-UTF-8 text names its line.
+    let latin1 = dir.path().join("latin1.toml");
+    std::fs::write(&latin1, b"version = 1\n# caf\xe9\n").unwrap();
+    refused_quickly(
+        &["check", latin1.to_str().unwrap()],
+        "latin1.toml:2:6: spec is not UTF-8 text",
+    );
+    // A value the matrix overrides is still checked.
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml"))).unwrap();
+    for bad in ["pcp = 0", "pcp = -1"] {
+        let shadowed = dir.path().join("shadowed.toml");
+        std::fs::write(
+            &shadowed,
+            text.replacen("[prefill]\ntp = 1", &format!("[prefill]\ntp = 1\n{bad}"), 1),
+        )
+        .unwrap();
+        refused_quickly(
+            &["check", shadowed.to_str().unwrap()],
+            "error: prefill.pcp: ",
+        );
+        refused_quickly(
+            &["check", shadowed.to_str().unwrap()],
+            "shadowed.toml:10:7\n",
+        );
+    }
+    // Threads are bounded.
+    let (code, _, stderr) = run(&["check", "--threads", "100000"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not in 1..=256"), "{stderr}");
+}
+
+#[test]
+fn issue16_a_recorded_run_whose_files_link_to_a_device_is_refused() {
+    let fixture_run = root().join("tests/fixtures/runs/strict-duplicate");
+    for linked in ["header.json", "rank-1.jsonl", "scheduler.jsonl"] {
+        let dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(&fixture_run).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+        let target = dir.path().join(linked);
+        std::fs::remove_file(&target).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &target).unwrap();
+        refused_quickly(
+            &["conform", dir.path().to_str().unwrap()],
+            "not a regular file",
+        );
+    }
+}
+
+/// Runs a check of a hostile fixture with `limits` on `threads` threads; returns its
+/// table line and how long it took.
+fn limited_check(fixture_name: &str, threads: &str, limits: &[&str]) -> (String, Duration) {
+    let started = Instant::now();
+    let spec = fixture(&format!("hostile/{fixture_name}.toml"));
+    let mut args = vec!["check", &spec, "--threads", threads];
+    args.extend(limits);
+    let (code, stdout, stderr) = run(&args);
+    let elapsed = started.elapsed();
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (stdout, elapsed)
+}
+
+#[test]
+fn issue16_limits_bite_inside_a_state_that_explodes() {
+    for threads in ["1", "2"] {
+        let (stdout, elapsed) =
+            limited_check("offload-stores-explode", threads, &["--timeout", "2"]);
+        assert!(
+            stdout.contains("inconclusive (time limit reached"),
+            "{stdout}"
+        );
+        assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+        let (stdout, _) =
+            limited_check("offload-stores-explode", threads, &["--max-memory", "150M"]);
+        assert!(
+            stdout.contains("inconclusive (memory limit 150 MiB reached)"),
+            "{stdout}"
+        );
+        let (stdout, elapsed) = limited_check("too-many-successors", threads, &["--timeout", "5"]);
+        assert!(
+            stdout.contains("inconclusive (a state at depth 3 has 907924 successors"),
+            "{stdout}"
+        );
+        assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    }
+}
