@@ -176,7 +176,8 @@ fn spawn_bar(
         while !stop.load(Ordering::Relaxed) {
             if let Some(current) = lock(&current).as_ref() {
                 bar.set_position(position(&counters, current));
-                bar.set_message(format!("{}: {}", current.title, stats(&counters, current)));
+                // The numbers first: a narrow terminal cuts the message's end, the title.
+                bar.set_message(format!("{} {}", stats(&counters, current), current.title));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
