@@ -592,11 +592,38 @@ fn issue11_the_seed_regression_tells_the_prs_story_at_every_point() {
         assert!(!steps.iter().any(|l| l.contains("FAULT")), "{txt}");
         assert!(!steps.iter().any(|l| l.contains("expires")), "{txt}");
         assert!(txt.contains("cost:     0 faults, 0 expiries"), "{txt}");
-        assert!(txt.contains("CLEARED by the connector"), "{txt}");
-        let diagnosis = &txt[txt.find("diagnosis:").expect("a diagnosis")..];
-        assert!(diagnosis.contains("to go"), "{diagnosis}");
+        // The step that drops them says so: the replicas' reports, cleared.
         assert!(
-            diagnosis.contains("(replica) req0: reported, CLEARED by the connector"),
+            steps.iter().any(|l| l.contains("P engine step")
+                && l.contains("req0 sent, CLEARED by the connector")),
+            "{txt}"
+        );
+        // The diagnosis names the countdown, who reported, whose report the connector
+        // cleared, and why nothing else can come.
+        let diagnosis = &txt[txt.find("diagnosis:").expect("a diagnosis")..];
+        assert!(
+            diagnosis.contains("P countdown for req0 (finished_sending): "),
+            "{diagnosis}"
+        );
+        assert!(
+            diagnosis.contains(": reported req0 at step "),
+            "{diagnosis}"
+        );
+        // The replicas are the P ranks past the first PCP group: rank 1 at pcp=2, tp=1.
+        let value = |key: &str| -> u16 {
+            let rest = name.split(&format!("{key}=")).nth(1).expect("in the name");
+            rest.split([',', '_']).next().unwrap().parse().unwrap()
+        };
+        let (pcp, tp) = (value("prefill.pcp"), value("prefill.tp"));
+        let replicas: Vec<String> = (tp..tp * pcp).map(|r| r.to_string()).collect();
+        let noun = if replicas.len() == 1 { "rank" } else { "ranks" };
+        let cleared = format!(
+            "    P {noun} {}: report of req0 CLEARED by the connector at step ",
+            replicas.join(", ")
+        );
+        assert!(diagnosis.contains(&cleared), "{cleared}\n{diagnosis}");
+        assert!(
+            diagnosis.contains("no P rank can still make one"),
             "{diagnosis}"
         );
         let md = read(&path.with_extension("md"));

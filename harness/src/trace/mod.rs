@@ -14,7 +14,7 @@ use crate::spec::point::{sanitize, Point};
 use crate::spec::Spec;
 use kvcc_model::checker::{Choice, Cost, Counterexample, Kind};
 use kvcc_model::properties::CLAUSES;
-use kvcc_model::{describe, Action, ContractModel};
+use kvcc_model::{describe, narrate, Action, ContractModel};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -25,8 +25,10 @@ pub type Facts = BTreeMap<String, String>;
 #[derive(Clone, Debug)]
 pub struct Step {
     pub action: Action,
-    /// The action in vLLM's vocabulary.
+    /// The action in vLLM's vocabulary and what it did ([`narrate::step`]).
     pub description: String,
+    /// What it did, as the diagram's messages and notes ([`narrate::events`]).
+    pub events: Vec<narrate::Event>,
     /// Every fact after the step.
     pub facts: Facts,
     /// (fact, before, after) for the facts the step changed.
@@ -79,15 +81,15 @@ impl Trace {
         for (action, after) in &counterexample.steps {
             steps.push(Step {
                 action: *action,
-                description: describe::action(model.topology, action),
+                description: narrate::step(model.topology, action, before, after),
+                events: narrate::events(model.topology, action, before, after),
                 facts: describe::facts(after),
                 changes: describe::diff(before, after),
             });
             before = after;
         }
         let initial = describe::facts(&counterexample.initial);
-        let diagnosis =
-            diagnosis::diagnose(model, counterexample, clause.property, &initial, &steps);
+        let diagnosis = diagnosis::diagnose(model, counterexample, &steps);
         let t = &model.topology;
         let explore: Vec<String> = ["kvcc".into(), "explore".into(), spec.file.clone()]
             .into_iter()
