@@ -11,6 +11,7 @@ mod conform_recorder;
 mod conform_throughput;
 mod explore;
 mod fuzz;
+mod golden;
 mod hostile;
 mod layout;
 mod order;
