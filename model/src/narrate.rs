@@ -147,9 +147,12 @@ fn notifications(
 ) -> Vec<Notification> {
     let mut sent: Vec<(HandlePlan, RequestId, bool, &'static str)> = Vec::new();
     let notify_only_of = |decoder: Rank, r: RequestId| {
-        // Notify-only messages go out when the D rank settles a successful load.
+        // Notify-only messages go out when the D rank settles a load none of whose reads
+        // failed (a failure logged only also settles as a plain success, and sends none).
         let settled = before.decode_cell(decoder, r) == DecodeCell::Loading
-            && after.decode_cell(decoder, r) == (DecodeCell::Done { failed: false });
+            && after.decode_cell(decoder, r) == (DecodeCell::Done { failed: false })
+            && t.handles_of(decoder)
+                .all(|h| after.handle(h, r) != HandlePhase::Failed);
         t.notify_only
             .iter()
             .filter(move |p| settled && p.decoder == decoder)
@@ -836,6 +839,96 @@ mod tests {
             "{}",
             lines[4]
         );
+    }
+
+    /// Walks `actions`; returns the last step's line and events.
+    fn last_step(model: &ContractModel, actions: &[Action]) -> (String, Vec<Event>) {
+        let mut state = model.initial_state();
+        for action in &actions[..actions.len() - 1] {
+            state = model.apply(&state, *action).expect("a transition");
+        }
+        let action = actions[actions.len() - 1];
+        let next = model.apply(&state, action).expect("a transition");
+        (
+            step(model.topology, &action, &state, &next),
+            events(model.topology, &action, &state, &next),
+        )
+    }
+
+    fn p_step(output_lost: bool) -> Action {
+        Action::PrefillEngineSteps {
+            output_lost,
+            announces_count: false,
+            stores_done: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_notification_after_the_lease_expired_is_only_logged_and_drawn_lost() {
+        let model = ContractModel::new(base());
+        let read = Action::ReadCompletes {
+            handle: 0,
+            request: 0,
+            notification_lost: false,
+        };
+        let actions = [
+            Action::PrefillFinishes { request: 0 },
+            p_step(false),
+            Action::LeaseExpires {
+                rank: 0,
+                request: 0,
+            },
+            Action::DecodeAdmits {
+                request: 0,
+                prefix_hit: false,
+            },
+            Action::DecodeEngineSteps { output_lost: false },
+            read,
+        ];
+        let (line, events) = last_step(&model, &actions);
+        assert!(
+            line.contains(
+                "P rank 0 was already done with req0 and only logs D rank 0's notification"
+            ),
+            "{line}"
+        );
+        let notification = &events[0];
+        assert_eq!(notification.from, Party::DecodeRank(0));
+        assert_eq!(notification.to, Some(Party::PrefillRank(0)));
+        assert!(notification.lost, "{notification:?}");
+        // The twin: the same read before the lease expired is counted.
+        let mut counted = actions.to_vec();
+        counted.remove(2);
+        let (line, events) = last_step(&model, &counted);
+        assert!(
+            line.contains("P rank 0 counts D rank 0's notification"),
+            "{line}"
+        );
+        assert!(!events[0].lost, "{:?}", events[0]);
+    }
+
+    #[test]
+    fn a_dropped_step_draws_every_report_it_carried_as_lost() {
+        let model = ContractModel::new(base());
+        let mut actions = seed_actions();
+        actions[4] = p_step(true);
+        let (line, events) = last_step(&model, &actions);
+        assert!(
+            line.contains("P ranks 0, 1 report req0 sent, LOST with the dropped step"),
+            "{line}"
+        );
+        let reports: Vec<&Event> = events
+            .iter()
+            .filter(|e| e.to == Some(Party::PrefillAggregator))
+            .collect();
+        assert_eq!(reports.len(), 2, "{events:?}");
+        assert!(reports.iter().all(|e| e.lost), "{reports:?}");
+        // The twin: the same step with its output is drawn arriving.
+        let (_, events) = last_step(&model, &seed_actions());
+        assert!(events
+            .iter()
+            .filter(|e| e.to == Some(Party::PrefillAggregator))
+            .all(|e| !e.lost));
     }
 
     /// Every action the model counts as a fault is marked `[FAULT` and no other is; a

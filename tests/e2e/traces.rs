@@ -761,3 +761,62 @@ fn issue11_no_step_mentions_a_lease_where_the_spec_has_none() {
         "{without} traces without leases, {with} naming one"
     );
 }
+
+/// Issue 11: a safety diagnosis names both sides of the conflict with their steps — a
+/// free on P against the D read it met (a fact of the other engine) — and a liveness
+/// diagnosis of a dropped step names the reports it lost, which its diagram draws as
+/// lost messages from the ranks that made them.
+#[test]
+fn issue11_diagnoses_name_both_sides_and_lost_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    for spec in [
+        "specs/lease-late-read.toml",
+        "specs/missing-output-rank.toml",
+    ] {
+        let (code, _, stderr) = run(&[
+            "check",
+            spec,
+            "--trace-dir",
+            dir.path().to_str().unwrap(),
+            "--all-traces",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let late = read(
+        &dir.path()
+            .join("lease-late-read__no-free-under-rdma__p-blocks-freed-under-read.txt"),
+    );
+    let diagnosis = &late[late.find("diagnosis:").unwrap()..];
+    assert!(
+        diagnosis.contains("  step 6 breaks it: P engine step"),
+        "{diagnosis}"
+    );
+    assert!(
+        diagnosis.contains("    P req0: blocks freed (since step 6)"),
+        "{diagnosis}"
+    );
+    assert!(
+        diagnosis.contains(
+            "    meets: D rank 0's read of req0 from P rank 0: reading (RDMA in flight) (since step 4)"
+        ),
+        "{diagnosis}"
+    );
+    let stem = dir.path().join(format!("missing-output-rank__{CLAUSE}"));
+    let lost = read(&stem.with_extension("txt"));
+    assert!(
+        lost.contains(
+            "    P ranks 0, 1: report of req0 LOST at step 6: the output rank's output was missing"
+        ),
+        "{lost}"
+    );
+    let md = read(&stem.with_extension("md"));
+    for rank in 0..2 {
+        assert!(
+            md.contains(&format!(
+                "    Prank{rank}-xPagg: 6. req0 sent, LOST with the dropped step"
+            )),
+            "{md}"
+        );
+        assert!(!md.contains(&format!("Prank{rank}->>Pagg: 6.")), "{md}");
+    }
+}
