@@ -204,7 +204,7 @@ fn make_executable(_: &Path) -> std::io::Result<()> {
 /// `kvcc check` does (0 as expected, 1 a finding).
 fn script(trace: &Trace, replay: &str) -> String {
     let cwd = std::env::current_dir()
-        .map(|d| shell_quote(&d.display().to_string()))
+        .map(|d| single_quoted(&d.display().to_string()))
         .unwrap_or_else(|_| ".".into());
     format!(
         "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\nset -eu\ncd {cwd}\nexec {}\n",
@@ -223,6 +223,11 @@ pub fn shell_quote(arg: &str) -> String {
     if plain {
         arg.to_string()
     } else {
-        format!("'{}'", arg.replace('\'', "'\\''"))
+        single_quoted(arg)
     }
+}
+
+/// `arg` in single quotes, for a POSIX shell, whatever it holds.
+fn single_quoted(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', "'\\''"))
 }
