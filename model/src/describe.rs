@@ -29,7 +29,7 @@ pub fn action(t: &Topology, action: &Action) -> String {
             announces_count,
             stores_done,
         } => {
-            let mut line = "P engine step: metadata to workers, outputs aggregated, scheduler frees what is emitted".to_string();
+            let mut line = "P engine step".to_string();
             if !stores_done.is_empty() {
                 line += &format!(
                     " [offloading stores done by the poll: {}]",
@@ -48,7 +48,7 @@ pub fn action(t: &Topology, action: &Action) -> String {
             line
         }
         Action::LeaseExpires { rank, request } => {
-            format!("P rank {rank}: lease on req{request} expires; reported as sent")
+            format!("P rank {rank}: lease on req{request} expires")
         }
         Action::DecodeAdmits {
             request,
@@ -75,9 +75,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
             notification_lost,
         } => {
             let note = if notification_lost {
-                "; notification LOST [FAULT]"
+                ", notification LOST [FAULT]"
             } else {
-                "; notifies P"
+                ""
             };
             format!("{}: read of req{request} completes{note}", read(t, handle))
         }
@@ -85,7 +85,7 @@ pub fn action(t: &Topology, action: &Action) -> String {
             format!("{}: read of req{request} FAILS [FAULT]", read(t, handle))
         }
         Action::DecodeEngineSteps { output_lost } => {
-            let mut line = "D engine step: metadata to workers, outputs aggregated, scheduler wakes what is emitted".to_string();
+            let mut line = "D engine step".to_string();
             if output_lost {
                 line += " [FAULT: output rank's output missing, step dropped]";
             }
@@ -254,13 +254,7 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
             }
         }
         for (h, plan) in t.handles.iter().enumerate() {
-            let phase = match state.handle(h, i as u8) {
-                HandlePhase::NotPosted => "not posted",
-                HandlePhase::Handshaking => "handshaking",
-                HandlePhase::Reading => "reading (RDMA in flight)",
-                HandlePhase::Done => "done",
-                HandlePhase::Failed => "failed",
-            };
+            let phase = handle_phase(state.handle(h, i as u8));
             facts.insert(
                 format!(
                     "D rank{} read of P rank{} req{i}",
@@ -323,7 +317,19 @@ fn aggregator_facts(
     );
 }
 
-fn prefill_phase(phase: PrefillPhase) -> &'static str {
+/// A D read handle's phase.
+pub fn handle_phase(phase: HandlePhase) -> &'static str {
+    match phase {
+        HandlePhase::NotPosted => "not posted",
+        HandlePhase::Handshaking => "handshaking",
+        HandlePhase::Reading => "reading (RDMA in flight)",
+        HandlePhase::Done => "done",
+        HandlePhase::Failed => "failed",
+    }
+}
+
+/// P's scheduler phase of a request, in vLLM's words.
+pub fn prefill_phase(phase: PrefillPhase) -> &'static str {
     match phase {
         PrefillPhase::LoadingKv => "WAITING_FOR_REMOTE_KVS (own load)",
         PrefillPhase::Prefilling => "prefilling",
@@ -334,7 +340,8 @@ fn prefill_phase(phase: PrefillPhase) -> &'static str {
     }
 }
 
-fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
+/// D's scheduler phase of a request, in vLLM's words.
+pub fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
     let text = match phase {
         DecodePhase::Pending => "not admitted yet",
         DecodePhase::Loading => "WAITING_FOR_REMOTE_KVS (blocks held)",
@@ -360,7 +367,8 @@ fn metadata(meta: Metadata) -> String {
     }
 }
 
-fn incidents(incidents: Incidents) -> Value {
+/// The contract breaches in `incidents`, named (a set: `-` when empty).
+pub fn incidents(incidents: Incidents) -> Value {
     const NAMES: [(u16, &str); 11] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
@@ -414,7 +422,16 @@ pub fn diff(before: &State, after: &State) -> Vec<(String, String, String)> {
 
 /// States print as their facts: the explorer and debug output speak the trace vocabulary.
 impl std::fmt::Debug for State {
+    /// `{:#?}` (the explorer's "complete state") prints one `name: value` line per fact,
+    /// as traces do; `{:?}` a map.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(facts(self)).finish()
+        if f.alternate() {
+            for (name, value) in facts(self) {
+                writeln!(f, "{name}: {value}")?;
+            }
+            Ok(())
+        } else {
+            f.debug_map().entries(facts(self)).finish()
+        }
     }
 }

@@ -18,6 +18,7 @@ pub mod engine;
 pub mod input;
 pub mod lease;
 pub mod model;
+pub mod narrate;
 pub mod offload;
 pub mod pack;
 pub mod properties;

@@ -56,6 +56,18 @@ impl stateright::Model for ContractModel {
         crate::describe::action(self.topology, action)
     }
 
+    /// The explorer's view of a step: what it did and every fact after it, the changed
+    /// ones marked (see [`crate::narrate::explained`]).
+    fn format_step(&self, last_state: &State, action: Action) -> Option<String> {
+        let next = self.apply(last_state, action)?;
+        Some(crate::narrate::explained(
+            self.topology,
+            &action,
+            last_state,
+            &next,
+        ))
+    }
+
     fn properties(&self) -> Vec<stateright::Property<Self>> {
         all()
     }

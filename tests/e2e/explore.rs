@@ -94,14 +94,33 @@ fn explorer_serves_the_page_and_states_over_loopback_http() {
     assert!(status.contains("200"), "{status}");
     let states: serde_json::Value = serde_json::from_str(&body).expect("states are JSON");
     let initial = states[0]["state"].as_str().expect("a state");
-    assert!(initial.contains("\"P req0\": \"prefilling\""), "{initial}");
+    // Issue 11: states read as the text trace's lines, not a debug dump.
+    assert!(initial.contains("\nP req0: prefilling\n"), "{initial}");
 
-    // One step further: actions read in vLLM's vocabulary.
+    // One step further: actions read in vLLM's vocabulary, and each step shows what it
+    // did with the facts it changed marked.
     let (status, body) = get(addr, "/.states/0");
     assert!(status.contains("200"), "{status}");
+    let steps: serde_json::Value = serde_json::from_str(&body).expect("steps are JSON");
+    let finish = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["action"]
+                .as_str()
+                .unwrap()
+                .starts_with("P scheduler: req0 finishes prefill")
+        })
+        .unwrap_or_else(|| panic!("{body}"));
+    let outcome = finish["outcome"].as_str().expect("an outcome");
     assert!(
-        body.contains("P scheduler: req0 finishes prefill"),
-        "{body}"
+        outcome.contains("\n* P req0: finished, free delayed (blocks held)   (was: prefilling)\n"),
+        "{outcome}"
+    );
+    assert!(
+        outcome.contains("\n  D req0: not admitted yet\n"),
+        "{outcome}"
     );
 
     explorer.0.kill().unwrap();

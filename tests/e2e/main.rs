@@ -13,6 +13,7 @@ mod conform_throughput;
 mod errors;
 mod explore;
 mod fuzz;
+mod golden;
 mod hostile;
 mod layout;
 mod order;

@@ -689,11 +689,38 @@ fn issue11_the_seed_regression_tells_the_prs_story_at_every_point() {
         assert!(!steps.iter().any(|l| l.contains("FAULT")), "{txt}");
         assert!(!steps.iter().any(|l| l.contains("expires")), "{txt}");
         assert!(txt.contains("cost:     0 faults, 0 expiries"), "{txt}");
-        assert!(txt.contains("CLEARED by the connector"), "{txt}");
-        let diagnosis = &txt[txt.find("diagnosis:").expect("a diagnosis")..];
-        assert!(diagnosis.contains("to go"), "{diagnosis}");
+        // The step that drops them says so: the replicas' reports, cleared.
         assert!(
-            diagnosis.contains("(replica) req0: reported, CLEARED by the connector"),
+            steps.iter().any(|l| l.contains("P engine step")
+                && l.contains("req0 sent, CLEARED by the connector")),
+            "{txt}"
+        );
+        // The diagnosis names the countdown, who reported, whose report the connector
+        // cleared, and why nothing else can come.
+        let diagnosis = &txt[txt.find("diagnosis:").expect("a diagnosis")..];
+        assert!(
+            diagnosis.contains("P countdown for req0 (finished_sending): "),
+            "{diagnosis}"
+        );
+        assert!(
+            diagnosis.contains(": reported req0 at step "),
+            "{diagnosis}"
+        );
+        // The replicas are the P ranks past the first PCP group: rank 1 at pcp=2, tp=1.
+        let value = |key: &str| -> u16 {
+            let rest = name.split(&format!("{key}=")).nth(1).expect("in the name");
+            rest.split([',', '_']).next().unwrap().parse().unwrap()
+        };
+        let (pcp, tp) = (value("prefill.pcp"), value("prefill.tp"));
+        let replicas: Vec<String> = (tp..tp * pcp).map(|r| r.to_string()).collect();
+        let noun = if replicas.len() == 1 { "rank" } else { "ranks" };
+        let cleared = format!(
+            "    P {noun} {}: report of req0 CLEARED by the connector at step ",
+            replicas.join(", ")
+        );
+        assert!(diagnosis.contains(&cleared), "{cleared}\n{diagnosis}");
+        assert!(
+            diagnosis.contains("no P rank can still make one"),
             "{diagnosis}"
         );
         let md = read(&path.with_extension("md"));
@@ -833,4 +860,63 @@ fn issue11_no_step_mentions_a_lease_where_the_spec_has_none() {
         without >= 20 && with >= 5,
         "{without} traces without leases, {with} naming one"
     );
+}
+
+/// Issue 11: a safety diagnosis names both sides of the conflict with their steps — a
+/// free on P against the D read it met (a fact of the other engine) — and a liveness
+/// diagnosis of a dropped step names the reports it lost, which its diagram draws as
+/// lost messages from the ranks that made them.
+#[test]
+fn issue11_diagnoses_name_both_sides_and_lost_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    for spec in [
+        "specs/lease-late-read.toml",
+        "specs/missing-output-rank.toml",
+    ] {
+        let (code, _, stderr) = run(&[
+            "check",
+            spec,
+            "--trace-dir",
+            dir.path().to_str().unwrap(),
+            "--all-traces",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let late = read(
+        &dir.path()
+            .join("lease-late-read__no-free-under-rdma__p-blocks-freed-under-read.txt"),
+    );
+    let diagnosis = &late[late.find("diagnosis:").unwrap()..];
+    assert!(
+        diagnosis.contains("  step 6 breaks it: P engine step"),
+        "{diagnosis}"
+    );
+    assert!(
+        diagnosis.contains("    P req0: blocks freed (since step 6)"),
+        "{diagnosis}"
+    );
+    assert!(
+        diagnosis.contains(
+            "    meets: D rank 0's read of req0 from P rank 0: reading (RDMA in flight) (since step 4)"
+        ),
+        "{diagnosis}"
+    );
+    let stem = dir.path().join(format!("missing-output-rank__{CLAUSE}"));
+    let lost = read(&stem.with_extension("txt"));
+    assert!(
+        lost.contains(
+            "    P ranks 0, 1: report of req0 LOST at step 6: the output rank's output was missing"
+        ),
+        "{lost}"
+    );
+    let md = read(&stem.with_extension("md"));
+    for rank in 0..2 {
+        assert!(
+            md.contains(&format!(
+                "    Prank{rank}-xPagg: 6. req0 sent, LOST with the dropped step"
+            )),
+            "{md}"
+        );
+        assert!(!md.contains(&format!("Prank{rank}->>Pagg: 6.")), "{md}");
+    }
 }

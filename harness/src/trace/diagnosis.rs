@@ -1,141 +1,613 @@
-//! The `diagnosis` that ends every trace: what the violation is made of, in the trace's
-//! own facts, with the step at which each took its value.
+//! The `diagnosis` that ends every trace: what the violation is made of, read from the
+//! counterexample's states (not from its printed facts), with the step at which each
+//! part began.
 //!
-//! - A liveness violation: each obligation still open at the end (an aggregator entry
-//!   with reports to go, a request whose blocks are held or that waits to be woken), the
-//!   ranks' part in it (who reported, whose report was cleared, who never reported, and
-//!   since which step), and why no continuation delivers it: nothing fairness forces is
-//!   enabled any more, and the actions still possible are named (faults only, or none).
-//! - A safety violation: the facts the last step changed into the conflict, and the step
-//!   at which each fact it conflicts with began.
+//! - A liveness violation: each obligation still open where the run ends — a request P
+//!   holds or D keeps waiting, an aggregator entry never removed — and the countdown it
+//!   waits for: how many of its E reports arrived, each rank's part (who reported and
+//!   when, whose report the connector cleared or a dropped step lost, who never reports
+//!   and why, who still waits and for what), and why no continuation delivers the rest.
+//!   Then the point of no return, when the checker found it, and what may still happen.
+//! - A safety violation: the two things that conflict — what the last step did, and the
+//!   state it met (a read still in flight, a rank not done, an earlier report or
+//!   emission) — with the step at which each began.
 
-use super::{Facts, Step};
+use super::Step;
+use kvcc_aggregator::{Direction, Rank};
 use kvcc_model::checker::{Counterexample, Kind};
-use kvcc_model::{describe, ContractModel};
+use kvcc_model::narrate::{self, Fate, Made, Report};
+use kvcc_model::properties as clauses;
+use kvcc_model::state::{
+    DecodeCell, DecodePhase, HandlePhase, LoadPhase, Metadata, PrefillPhase, Request, RequestId,
+    SendPhase, State, StorePhase,
+};
+use kvcc_model::{describe, scheduler, Action, ContractModel};
 use stateright::Model;
 
-/// The diagnosis lines of `counterexample`, for the clause of `property`.
+/// The diagnosis lines of `counterexample`; a line indented by two spaces belongs to the
+/// line above it.
 pub fn diagnose(
     model: &ContractModel,
     counterexample: &Counterexample<ContractModel>,
-    property: &str,
-    initial: &Facts,
     steps: &[Step],
 ) -> Vec<String> {
-    let history = History { initial, steps };
+    let path = Path::new(model, counterexample, steps);
+    let clause = &clauses::CLAUSES[counterexample.clause];
     match counterexample.kind {
-        Kind::Liveness => liveness(model, counterexample, property, &history),
-        Kind::Safety => safety(&history),
+        Kind::Liveness => liveness(&path, clause.clause),
+        Kind::Safety => safety(&path, clause.clause),
     }
 }
 
-/// The facts of a trace, step by step.
-struct History<'a> {
-    initial: &'a Facts,
+/// A counterexample's states, step by step, with what each step reported.
+struct Path<'a> {
+    model: &'a ContractModel,
+    /// `states[0]` is the initial state, `states[i]` the state after step `i`.
+    states: Vec<&'a State>,
+    actions: Vec<Action>,
+    /// Step lines, for naming a step.
     steps: &'a [Step],
+    /// Every report made, with its step (1-based).
+    reports: Vec<(usize, Made)>,
+    point_of_no_return: Option<usize>,
 }
 
-impl History<'_> {
-    fn last(&self) -> &Facts {
-        self.steps.last().map_or(self.initial, |s| &s.facts)
-    }
-
-    /// The step (1-based; 0 the initial state) since which `fact` has its final value.
-    fn since(&self, fact: &str) -> usize {
-        self.steps
+impl<'a> Path<'a> {
+    fn new(
+        model: &'a ContractModel,
+        counterexample: &'a Counterexample<ContractModel>,
+        steps: &'a [Step],
+    ) -> Path<'a> {
+        let states: Vec<&State> = std::iter::once(&counterexample.initial)
+            .chain(counterexample.steps.iter().map(|(_, s)| s))
+            .collect();
+        let actions: Vec<Action> = counterexample.steps.iter().map(|(a, _)| *a).collect();
+        let reports = actions
             .iter()
-            .rposition(|s| s.changes.iter().any(|(name, _, _)| name == fact))
-            .map_or(0, |i| i + 1)
+            .enumerate()
+            .flat_map(|(i, a)| {
+                narrate::reports(a, states[i], states[i + 1])
+                    .into_iter()
+                    .map(move |m| (i + 1, m))
+            })
+            .collect();
+        Path {
+            model,
+            states,
+            actions,
+            steps,
+            reports,
+            point_of_no_return: counterexample.point_of_no_return,
+        }
     }
 
-    /// `value (since step N)`, or `(from the start)`.
-    fn with_since(&self, fact: &str) -> String {
-        let value = self.last().get(fact).map_or("-", String::as_str);
-        match self.since(fact) {
-            0 => format!("{fact}: {value} (from the start)"),
-            step => format!("{fact}: {value} (since step {step})"),
+    fn last(&self) -> &State {
+        self.states[self.states.len() - 1]
+    }
+
+    /// The step since which `view` of the state has its final value (0: from the start).
+    fn since<T: PartialEq>(&self, view: impl Fn(&State) -> T) -> usize {
+        let last = view(self.last());
+        (1..self.states.len())
+            .rev()
+            .find(|&i| view(self.states[i - 1]) != last)
+            .unwrap_or(0)
+    }
+
+    /// `at step N` or `from the start`.
+    fn when<T: PartialEq>(&self, view: impl Fn(&State) -> T) -> String {
+        match self.since(view) {
+            0 => "from the start".into(),
+            n => format!("since step {n}"),
+        }
+    }
+
+    /// The report `rank` made of `request`, of this kind, if it made one.
+    fn report_of(&self, rank: Rank, request: RequestId, kind: Countdown) -> Option<(usize, Made)> {
+        self.reports
+            .iter()
+            .copied()
+            .find(|(_, m)| m.rank == rank && m.request == request && kind.matches(m.report))
+    }
+
+    fn reached(&self, request: RequestId, kind: Countdown) -> usize {
+        self.reports
+            .iter()
+            .filter(|(_, m)| m.request == request && kind.matches(m.report))
+            .filter(|(_, m)| m.fate == Fate::Reached)
+            .count()
+    }
+}
+
+/// Which countdown: an engine's aggregator and the kind of report it counts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Countdown {
+    /// P's `finished_sending`.
+    Sends,
+    /// P's `finished_recving`: its own KV loads.
+    Loads,
+    /// D's `finished_recving`.
+    Receives,
+}
+
+impl Countdown {
+    fn matches(self, report: Report) -> bool {
+        matches!(
+            (self, report),
+            (Countdown::Sends, Report::Sent)
+                | (Countdown::Loads, Report::Loaded)
+                | (Countdown::Receives, Report::Received { .. })
+        )
+    }
+
+    fn engine(self) -> &'static str {
+        match self {
+            Countdown::Sends | Countdown::Loads => "P",
+            Countdown::Receives => "D",
+        }
+    }
+
+    fn direction(self) -> Direction {
+        match self {
+            Countdown::Sends => Direction::Sending,
+            Countdown::Loads | Countdown::Receives => Direction::Recving,
+        }
+    }
+
+    fn ranks(self, state: &State) -> Rank {
+        match self {
+            Countdown::Sends | Countdown::Loads => state.topology().prefill_world,
+            Countdown::Receives => state.topology().decode_world,
+        }
+    }
+
+    fn aggregator(self, state: &State) -> &kvcc_aggregator::Aggregator<RequestId> {
+        match self {
+            Countdown::Sends | Countdown::Loads => &state.prefill_aggregator,
+            Countdown::Receives => &state.decode_aggregator,
         }
     }
 }
 
-fn liveness(
-    model: &ContractModel,
-    counterexample: &Counterexample<ContractModel>,
-    property: &str,
-    history: &History,
-) -> Vec<String> {
-    let engines: &[&str] = match property {
-        "eventually-freed" => &["P"],
-        "eventually-woken" => &["D"],
-        _ => &["P", "D"],
+/// An obligation open where the run ends: the countdown that would close it, and what
+/// holds it open.
+struct Open {
+    kind: Countdown,
+    request: RequestId,
+    what: String,
+}
+
+fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
+    let end = path.last();
+    let requests = 0..end.request_count() as RequestId;
+    let phase_line = |r: RequestId, prefill: bool| {
+        let i = usize::from(r);
+        if prefill {
+            let since = path.when(|s| s.requests[i].prefill);
+            let phase = describe::prefill_phase(end.requests[i].prefill);
+            format!("P req{r}: {phase} ({since})")
+        } else {
+            let since = path.when(|s| s.requests[i].decode);
+            let q = &end.requests[i];
+            let phase = describe::decode_phase(q.decode, q.prefix_hit);
+            format!("D req{r}: {phase} ({since})")
+        }
     };
-    let facts = history.last();
+    let mut open = Vec::new();
+    let held = |phase: PrefillPhase| {
+        requests
+            .clone()
+            .filter(move |&r| end.requests[usize::from(r)].prefill == phase)
+    };
+    let waiting = |phase: DecodePhase| {
+        requests
+            .clone()
+            .filter(move |&r| end.requests[usize::from(r)].decode == phase)
+    };
+    if clause == clauses::DELAY_FREED_REQUEST_NEVER_FREED.clause {
+        for r in held(PrefillPhase::DelayFreed) {
+            open.push(Open {
+                kind: Countdown::Sends,
+                request: r,
+                what: format!(
+                    "{}, until finished_sending req{r} frees it",
+                    phase_line(r, true)
+                ),
+            });
+        }
+    } else if clause == clauses::PREFILL_LOAD_NEVER_COMPLETES.clause {
+        for r in held(PrefillPhase::LoadingKv) {
+            open.push(Open {
+                kind: Countdown::Loads,
+                request: r,
+                what: format!(
+                    "{}, until P's finished_recving req{r} starts it",
+                    phase_line(r, true)
+                ),
+            });
+        }
+    } else if clause == clauses::LOADER_NEVER_WOKEN.clause
+        || clause == clauses::ABORTED_LOADER_NEVER_FREED.clause
+    {
+        let phase = if clause == clauses::LOADER_NEVER_WOKEN.clause {
+            DecodePhase::Loading
+        } else {
+            DecodePhase::AbortedLoading
+        };
+        for r in waiting(phase) {
+            open.push(Open {
+                kind: Countdown::Receives,
+                request: r,
+                what: format!("{}, until finished_recving req{r}", phase_line(r, false)),
+            });
+        }
+    } else if clause == clauses::COUNTDOWN_LEFT_OPEN.clause {
+        for kind in [Countdown::Sends, Countdown::Loads, Countdown::Receives] {
+            let aggregator = kind.aggregator(end);
+            for &r in aggregator.open_ids(kind.direction()) {
+                let since = path.when(|s| kind.aggregator(s).remaining(kind.direction(), &r));
+                open.push(Open {
+                    kind,
+                    request: r,
+                    what: format!(
+                        "{} aggregator {} req{r}: open ({since}), never removed",
+                        kind.engine(),
+                        kind.direction()
+                    ),
+                });
+            }
+        }
+    } else if clause == clauses::FAILURE_LEFT_PENDING.clause {
+        for kind in [Countdown::Loads, Countdown::Receives] {
+            for &r in kind.aggregator(end).pending_failed() {
+                let since = path.when(|s| kind.aggregator(s).pending_failed().contains(&r));
+                open.push(Open {
+                    kind,
+                    request: r,
+                    what: format!(
+                        "{} aggregator failed_recving req{r}: held back ({since}) until its finished_recving completes",
+                        kind.engine()
+                    ),
+                });
+            }
+        }
+    }
+    open
+}
+
+fn liveness(path: &Path, clause: &str) -> Vec<String> {
     let mut lines = Vec::new();
-    for engine in engines {
-        for direction in [
-            "finished_sending",
-            "finished_recving",
-            "failed_recving pending",
-        ] {
-            let name = format!("{engine} aggregator {direction}");
-            if facts.get(&name).is_some_and(|v| v != "-") {
-                lines.push(format!(
-                    "open: {} — {engine} aggregator E: {}",
-                    history.with_since(&name),
-                    facts
-                        .get(&format!("{engine} aggregator E"))
-                        .map_or("?", String::as_str)
-                ));
-            }
-        }
-        for request in 0..model.config.requests {
-            let request_fact = format!("{engine} req{request}");
-            let Some(phase) = facts.get(&request_fact) else {
-                continue;
-            };
-            let waiting = phase.contains("blocks held") || phase.contains("WAITING");
-            if !waiting {
-                continue;
-            }
-            lines.push(format!("open: {}", history.with_since(&request_fact)));
-            // Each rank's part in the request, as the trace left it.
-            let prefix = format!("{engine} rank");
-            let suffix = format!("req{request}");
-            for name in facts.keys() {
-                if name.starts_with(&prefix) && name.ends_with(&suffix) {
-                    lines.push(format!("  {}", history.with_since(name)));
-                }
-            }
-        }
+    let open = open_obligations(path, clause);
+    if open.is_empty() {
+        lines.push(format!("open: the `{clause}` obligation"));
     }
-    if lines.is_empty() {
-        lines.push(format!(
-            "open: the `{property}` obligation (no aggregator entry or held request names it)"
-        ));
+    for obligation in &open {
+        lines.push(format!("open: {}", obligation.what));
+        lines.extend(
+            countdown(path, obligation)
+                .into_iter()
+                .map(|l| format!("  {l}")),
+        );
     }
-    if let Some(step) = counterexample.point_of_no_return {
+    if let Some(step) = path.point_of_no_return {
         lines.push(match step {
-            0 => "point of no return: the initial state — no run from it keeps the clause".to_string(),
+            0 => "point of no return: the initial state — no run from it keeps the clause".into(),
             n => format!(
                 "point of no return: step {n} ({}) — before it some continuation could still keep the clause, after it none can",
-                history.steps[n - 1].description
+                describe::action(path.model.topology, &path.actions[n - 1])
             ),
         });
     }
-    lines.push(why_stuck(model, counterexample, history.steps.len()));
+    lines.push(why_stuck(path));
     lines
 }
 
-/// Why no continuation delivers: the actions still enabled at the end, none forced.
-fn why_stuck(
-    model: &ContractModel,
-    counterexample: &Counterexample<ContractModel>,
-    last_step: usize,
-) -> String {
-    let state = counterexample
-        .steps
-        .last()
-        .map_or(&counterexample.initial, |(_, s)| s);
+/// The countdown an obligation waits for: reports arrived of E, each rank's part, and
+/// why the rest never come.
+fn countdown(path: &Path, open: &Open) -> Vec<String> {
+    let end = path.last();
+    let (kind, r) = (open.kind, open.request);
+    let aggregator = kind.aggregator(end);
+    let counted = path.reached(r, kind);
+    let remaining = aggregator.remaining(kind.direction(), &r);
+    let expected = remaining.map_or(aggregator.expected() as usize, |k| counted + k as usize);
+    let engine = kind.engine();
+    let mut lines = vec![format!(
+        "{engine} countdown for req{r} ({}): {counted} of {expected} reports",
+        kind.direction()
+    )];
+    let mut may_still: Vec<Rank> = Vec::new();
+    // Each rank's part; ranks whose part reads the same share a line.
+    let mut parts: Vec<(Vec<Rank>, String)> = Vec::new();
+    for rank in 0..kind.ranks(end) {
+        let (part, still) = match path.report_of(rank, r, kind) {
+            Some((step, made)) => (made_line(made, step), false),
+            None => waiting_line(path, kind, rank, r),
+        };
+        match parts.iter_mut().find(|(_, p)| *p == part) {
+            Some((ranks, _)) => ranks.push(rank),
+            None => parts.push((vec![rank], part)),
+        }
+        if still {
+            may_still.push(rank);
+        }
+    }
+    for (ranks, part) in parts {
+        lines.push(format!("{}: {part}", ranks_words(engine, &ranks)));
+    }
+    let missing = expected.saturating_sub(counted);
+    let plural = |n: usize| if n == 1 { "report" } else { "reports" };
+    let why = if may_still.len() < missing {
+        let who = if may_still.is_empty() {
+            format!("no {engine} rank can still make one")
+        } else {
+            format!("only {} can still report", ranks_words(engine, &may_still))
+        };
+        format!(
+            "{who} (each rank above has reported, never reports, or waits for what can no longer come), so the countdown never reaches {expected}"
+        )
+    } else {
+        format!(
+            "{} could still report, but only after a step no run has to take (see `stuck`)",
+            ranks_words(engine, &may_still)
+        )
+    };
+    lines.push(format!(
+        "why: {missing} more {} needed; {why}",
+        plural(missing)
+    ));
+    lines
+}
+
+fn ranks_words(engine: &str, ranks: &[Rank]) -> String {
+    let list: Vec<String> = ranks.iter().map(Rank::to_string).collect();
+    let noun = if ranks.len() == 1 { "rank" } else { "ranks" };
+    format!("{engine} {noun} {}", list.join(", "))
+}
+
+fn made_line(made: Made, step: usize) -> String {
+    let r = made.request;
+    match made.fate {
+        Fate::Reached => format!("reported req{r} at step {step}"),
+        Fate::Cleared => {
+            format!("report of req{r} CLEARED by the connector at step {step}, never reached the aggregator")
+        }
+        Fate::Dropped => format!(
+            "report of req{r} LOST at step {step}: the output rank's output was missing, so the executor dropped the whole step [FAULT]"
+        ),
+    }
+}
+
+/// A rank that has not reported: where it stands and why; and whether it may still.
+fn waiting_line(path: &Path, kind: Countdown, rank: Rank, r: RequestId) -> (String, bool) {
+    match kind {
+        Countdown::Sends => send_waiting(path, rank, r),
+        Countdown::Loads => load_waiting(path, rank, r),
+        Countdown::Receives => receive_waiting(path, rank, r),
+    }
+}
+
+fn send_waiting(path: &Path, rank: Rank, r: RequestId) -> (String, bool) {
+    let end = path.last();
+    let t = end.topology();
+    let config = &path.model.config;
+    let cell = end.prefill_cell(rank, r);
+    let since = path.when(|s| s.prefill_cell(rank, r).send);
+    let steps = scheduler::prefill_steps(config, end);
+    let idle = if steps {
+        ""
+    } else {
+        ", and P's engine no longer steps"
+    };
+    match cell.send {
+        SendPhase::Silent => (
+            format!("never reports req{r} ({since}): a replica, its connector reports nothing for it"),
+            false,
+        ),
+        SendPhase::Done if cell.store == StorePhase::Storing => (
+            format!("is done with req{r} ({since}), but its report waits for its offloading store, still running{idle}"),
+            steps,
+        ),
+        SendPhase::Done => (
+            format!("is done with req{r} ({since}) and reports it at P's next step{idle}"),
+            steps,
+        ),
+        SendPhase::ToSend | SendPhase::InBatch => {
+            let unarmed = end.requests[usize::from(r)].send_meta != Metadata::Delivered;
+            let mut line = if unarmed && steps {
+                format!("has not got req{r}'s send metadata yet")
+            } else if unarmed {
+                format!("never got req{r}'s send metadata{idle}")
+            } else {
+                format!("waits for D's notifications of req{r} ({since})")
+            };
+            if !t.is_transfer(rank) {
+                return (line, steps);
+            }
+            line += &format!(
+                ": {} of {}",
+                cell.notifications,
+                t.expected_consumers[usize::from(rank)]
+            );
+            let mut coming = false;
+            for h in t.handles_reading(rank) {
+                let d = t.handles[h].decoder;
+                let phase = end.handle(h, r);
+                line += &format!(
+                    "; D rank {d}'s read of it: {} ({})",
+                    describe::handle_phase(phase),
+                    path.when(|s| s.handle(h, r))
+                );
+                match phase {
+                    HandlePhase::Done => {
+                        if let Some(step) = lost_notification(path, h, r) {
+                            line += &format!(", its notification LOST at step {step} [FAULT]");
+                        }
+                    }
+                    HandlePhase::NotPosted => match never_read(path, r) {
+                        Some(why) => line += &why,
+                        None => coming = true,
+                    },
+                    HandlePhase::Handshaking | HandlePhase::Reading => coming = true,
+                    HandlePhase::Failed => {}
+                }
+            }
+            for plan in t.notify_only.iter().filter(|p| p.source == rank) {
+                let waiting = matches!(
+                    end.decode_cell(plan.decoder, r),
+                    DecodeCell::Idle | DecodeCell::Loading
+                );
+                line += &format!(
+                    "; D rank {} owes it a notify-only message{}",
+                    plan.decoder,
+                    if waiting { "" } else { " it no longer sends" }
+                );
+                coming |= waiting && never_read(path, r).is_none();
+            }
+            if !t.leases {
+                line += "; no lease would report it instead (producer.lease = false)";
+            } else if cell.send == SendPhase::ToSend {
+                line += "; its lease is armed and has not expired";
+            }
+            (line, (coming || t.leases) && (steps || !unarmed))
+        }
+        SendPhase::Reported | SendPhase::Cleared => (
+            format!("reported req{r} before the run began"),
+            false,
+        ),
+    }
+}
+
+/// Why D will not post a read of `r` any more, when its scheduler says so.
+fn never_read(path: &Path, r: RequestId) -> Option<String> {
+    let i = usize::from(r);
+    let since = path.since(|s| s.requests[i].decode);
+    let q = &path.last().requests[i];
+    match q.decode {
+        DecodePhase::Crashed => Some(format!(
+            ", and never will: D crashed at step {since} [FAULT]"
+        )),
+        DecodePhase::Gone => Some(format!(
+            ", and never will: D dropped req{r} at step {since}"
+        )),
+        DecodePhase::Pending | DecodePhase::Loading | DecodePhase::AbortedLoading
+            if !q.prefix_hit =>
+        {
+            None
+        }
+        _ => Some(", and never will".into()),
+    }
+}
+
+/// The step whose read through handle `h` completed with its notification lost.
+fn lost_notification(path: &Path, h: usize, r: RequestId) -> Option<usize> {
+    path.actions
+        .iter()
+        .position(|a| {
+            matches!(*a, Action::ReadCompletes { handle, request, notification_lost: true }
+            if usize::from(handle) == h && request == r)
+        })
+        .map(|i| i + 1)
+}
+
+fn load_waiting(path: &Path, rank: Rank, r: RequestId) -> (String, bool) {
+    let end = path.last();
+    let since = path.when(|s| s.prefill_cell(rank, r).load);
+    let steps = scheduler::prefill_steps(&path.model.config, end);
+    let idle = if steps {
+        ""
+    } else {
+        ", and P's engine no longer steps"
+    };
+    match end.prefill_cell(rank, r).load {
+        LoadPhase::Loading => (format!("is still loading req{r}'s KV ({since})"), true),
+        LoadPhase::Done => (
+            format!("has loaded req{r} ({since}) and reports it at P's next step{idle}"),
+            steps,
+        ),
+        LoadPhase::NotUsed | LoadPhase::Reported => {
+            (format!("has no load of req{r} to report"), false)
+        }
+    }
+}
+
+fn receive_waiting(path: &Path, d: Rank, r: RequestId) -> (String, bool) {
+    let end = path.last();
+    let t = end.topology();
+    let config = &path.model.config;
+    let q = &end.requests[usize::from(r)];
+    let since = path.when(|s| s.decode_cell(d, r));
+    let steps = scheduler::decode_steps(config, end);
+    let idle = if steps {
+        ""
+    } else {
+        ", and D's engine no longer steps"
+    };
+    match end.decode_cell(d, r) {
+        DecodeCell::Silent if q.prefix_hit => (
+            format!("never reports req{r} ({since}): a full prefix hit is not reported (consumer.prefix-hit = unreported)"),
+            false,
+        ),
+        DecodeCell::Silent => (
+            format!("never reports req{r} ({since}): its failed load is not reported (consumer.failed-load = unreported)"),
+            false,
+        ),
+        DecodeCell::Done { failed } => {
+            let how = if failed { "failed" } else { "received" };
+            (
+                format!("is done with req{r} ({since}) and reports it {how} at D's next step{idle}"),
+                steps,
+            )
+        }
+        DecodeCell::Loading => {
+            let reads: Vec<String> = t
+                .handles_of(d)
+                .map(|h| {
+                    format!(
+                        "from P rank {}: {} ({})",
+                        t.handles[h].source,
+                        describe::handle_phase(end.handle(h, r)),
+                        path.when(|s| s.handle(h, r))
+                    )
+                })
+                .collect();
+            let moving = t.handles_of(d).any(|h| {
+                matches!(
+                    end.handle(h, r),
+                    HandlePhase::Handshaking | HandlePhase::Reading
+                )
+            });
+            (
+                format!("waits for its reads of req{r}: {}", reads.join("; ")),
+                moving,
+            )
+        }
+        DecodeCell::Idle if q.decode == DecodePhase::Crashed => (
+            format!(
+                "D rank {d} never reads req{r}: D crashed ({}) [FAULT]",
+                path.when(|s| s.requests[usize::from(r)].decode)
+            ),
+            false,
+        ),
+        DecodeCell::Idle if steps => (
+            format!("has not got req{r}'s load metadata yet"),
+            true,
+        ),
+        DecodeCell::Idle => (
+            format!("never got req{r}'s load metadata{idle}"),
+            false,
+        ),
+        DecodeCell::Reported => (
+            format!("reported req{r} before the run began"),
+            false,
+        ),
+    }
+}
+
+/// Why no continuation delivers: the actions still possible at the end, none forced.
+fn why_stuck(path: &Path) -> String {
+    let state = path.last();
+    let model = path.model;
     let mut actions = Vec::new();
     model.actions(state, &mut actions);
     let possible: Vec<String> = actions
@@ -143,10 +615,9 @@ fn why_stuck(
         .filter(|a| model.next_state(state, **a).is_some())
         .map(|a| describe::action(model.topology, a))
         .collect();
-    let after = if last_step == 0 {
-        "from the start".to_string()
-    } else {
-        format!("after step {last_step}")
+    let after = match path.steps.len() {
+        0 => "from the start".to_string(),
+        n => format!("after step {n}"),
     };
     if possible.is_empty() {
         format!("stuck: {after} nothing can happen any more, so nothing can deliver it")
@@ -159,35 +630,347 @@ fn why_stuck(
     }
 }
 
-fn safety(history: &History) -> Vec<String> {
-    let Some(last) = history.steps.last() else {
+fn safety(path: &Path, clause: &str) -> Vec<String> {
+    let n = path.steps.len();
+    let Some(last) = path.steps.last() else {
         return vec!["broken in the initial state".to_string()];
     };
-    let n = history.steps.len();
-    let mut lines = vec![format!("step {n} ({}) breaks it:", last.description)];
-    for (name, before, after) in &last.changes {
-        lines.push(format!("  {name}: {before} -> {after}"));
+    let mut lines = vec![format!("step {n} breaks it: {}", last.description)];
+    let conflicts = conflicts(path, clause);
+    if conflicts.is_empty() {
+        for (name, before, after) in &last.changes {
+            lines.push(format!("  {name}: {before} -> {after}"));
+        }
     }
-    // What the change meets: the other facts of the same engine and request, each with
-    // the step at which it began.
-    let touched: Vec<(&str, &str)> = last
-        .changes
-        .iter()
-        .filter_map(|(name, _, _)| {
-            let side = name.split_whitespace().next()?;
-            let request = name.split_whitespace().find(|w| w.starts_with("req"))?;
-            Some((side, request))
+    lines.extend(conflicts.into_iter().map(|c| format!("  {c}")));
+    lines
+}
+
+/// The two sides of a safety violation: what the last step made true, and what it met,
+/// for each request the clause's rule catches.
+fn conflicts(path: &Path, clause: &str) -> Vec<String> {
+    type Rule = fn(&Path, RequestId) -> Vec<String>;
+    let rules: [(&str, Rule); 9] = [
+        (clauses::P_BLOCKS_FREED_UNDER_READ.clause, freed_under_read),
+        (
+            clauses::D_BLOCKS_FREED_UNDER_WRITE.clause,
+            released_under_write,
+        ),
+        (
+            clauses::WOKEN_WHILE_HANDLE_IN_FLIGHT.clause,
+            woken_under_write,
+        ),
+        (
+            clauses::FAILURE_REPORTED_AS_SUCCESS.clause,
+            failure_as_success,
+        ),
+        (
+            clauses::SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE.clause,
+            sent_before_transfer_ranks,
+        ),
+        (
+            clauses::SEND_EMITTED_BEFORE_OFFLOAD_STORES_DONE.clause,
+            sent_before_stores,
+        ),
+        (
+            clauses::RECV_EMITTED_BEFORE_DECODERS_DONE.clause,
+            received_before_reads,
+        ),
+        (
+            clauses::LOAD_EMITTED_BEFORE_WORKERS_DONE.clause,
+            before_loads,
+        ),
+        (clauses::PREFILL_BEFORE_LOAD_COMPLETE.clause, before_loads),
+    ];
+    match rules.iter().find(|(name, _)| *name == clause) {
+        Some((_, rule)) => (0..path.last().request_count() as RequestId)
+            .flat_map(|r| rule(path, r))
+            .collect(),
+        // Every other safety clause is a breach an aggregator or a scheduler saw.
+        None => path
+            .touched_last()
+            .into_iter()
+            .flat_map(|r| breach_history(path, r))
+            .collect(),
+    }
+}
+
+impl Path<'_> {
+    /// The requests the last step reported or changed.
+    fn touched_last(&self) -> Vec<RequestId> {
+        let n = self.steps.len();
+        let end = self.last();
+        let mut touched: Vec<RequestId> = self
+            .reports
+            .iter()
+            .filter(|(step, _)| *step == n)
+            .map(|(_, m)| m.request)
+            .chain((0..end.request_count() as RequestId).filter(|&r| {
+                let i = usize::from(r);
+                self.states[n - 1].requests[i] != end.requests[i]
+            }))
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        touched
+    }
+
+    fn prefill_line(&self, r: RequestId) -> String {
+        let i = usize::from(r);
+        format!(
+            "P req{r}: {} ({})",
+            describe::prefill_phase(self.last().requests[i].prefill),
+            self.when(|s| s.requests[i].prefill)
+        )
+    }
+
+    fn decode_line(&self, r: RequestId) -> String {
+        let i = usize::from(r);
+        let q = &self.last().requests[i];
+        format!(
+            "D req{r}: {} ({})",
+            describe::decode_phase(q.decode, q.prefix_hit),
+            self.when(|s| s.requests[i].decode)
+        )
+    }
+
+    /// `meets: D rank d's read of rR from P rank p: PHASE (since step N)` for each handle
+    /// of `r` in one of `phases`.
+    fn reads_in(&self, r: RequestId, phases: &[HandlePhase]) -> Vec<String> {
+        let end = self.last();
+        let t = end.topology();
+        (0..t.handles.len())
+            .filter(|&h| phases.contains(&end.handle(h, r)))
+            .map(|h| {
+                let plan = t.handles[h];
+                format!(
+                    "meets: D rank {}'s read of req{r} from P rank {}: {} ({})",
+                    plan.decoder,
+                    plan.source,
+                    describe::handle_phase(end.handle(h, r)),
+                    self.when(|s| s.handle(h, r))
+                )
+            })
+            .collect()
+    }
+
+    fn emitted(&self, r: RequestId, bit: u8) -> bool {
+        self.last().requests[usize::from(r)].emitted & bit != 0
+    }
+
+    /// `finished_sending req0 emitted at step N, after reports from P ranks 0, 1`.
+    fn emission_line(&self, r: RequestId, countdown: Countdown) -> String {
+        let i = usize::from(r);
+        let bit = match countdown {
+            Countdown::Sends => Request::EMITTED_SEND,
+            Countdown::Loads => Request::EMITTED_LOAD,
+            Countdown::Receives => Request::EMITTED_RECV,
+        };
+        let step = self.since(|s| s.requests[i].emitted & bit != 0);
+        let counted: Vec<Rank> = self
+            .reports
+            .iter()
+            .filter(|(_, m)| m.request == r && m.fate == Fate::Reached)
+            .filter(|(_, m)| countdown.matches(m.report))
+            .map(|(_, m)| m.rank)
+            .collect();
+        let who = if counted.is_empty() {
+            "no rank".to_string()
+        } else {
+            ranks_words(countdown.engine(), &counted)
+        };
+        format!(
+            "{}'s {} req{r} emitted at step {step}, after reports from {who}",
+            countdown.engine(),
+            countdown.direction()
+        )
+    }
+}
+
+fn freed_under_read(path: &Path, r: RequestId) -> Vec<String> {
+    let freed = matches!(
+        path.last().requests[usize::from(r)].prefill,
+        PrefillPhase::Released | PrefillPhase::AbortFreed
+    );
+    if !(freed && path.last().reading(r)) {
+        return Vec::new();
+    }
+    let mut lines = vec![path.prefill_line(r)];
+    lines.extend(path.reads_in(r, &[HandlePhase::Reading]));
+    lines
+}
+
+fn decode_under_write(path: &Path, r: RequestId, phases: &[DecodePhase]) -> Vec<String> {
+    let end = path.last();
+    if !(phases.contains(&end.requests[usize::from(r)].decode) && end.reading(r)) {
+        return Vec::new();
+    }
+    let mut lines = vec![path.decode_line(r)];
+    lines.extend(path.reads_in(r, &[HandlePhase::Reading]));
+    lines
+}
+
+fn released_under_write(path: &Path, r: RequestId) -> Vec<String> {
+    decode_under_write(path, r, &[DecodePhase::Failed, DecodePhase::Freed])
+}
+
+fn woken_under_write(path: &Path, r: RequestId) -> Vec<String> {
+    decode_under_write(path, r, &[DecodePhase::Running])
+}
+
+fn failure_as_success(path: &Path, r: RequestId) -> Vec<String> {
+    let failed = path.reads_in(r, &[HandlePhase::Failed]);
+    if path.last().requests[usize::from(r)].decode != DecodePhase::Running || failed.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![path.decode_line(r)];
+    lines.extend(failed);
+    lines
+}
+
+fn sent_before_transfer_ranks(path: &Path, r: RequestId) -> Vec<String> {
+    let end = path.last();
+    let t = end.topology();
+    let behind: Vec<String> = (0..t.prefill_world)
+        .filter(|&k| t.is_transfer(k))
+        .filter(|&k| {
+            matches!(
+                end.prefill_cell(k, r).send,
+                SendPhase::InBatch | SendPhase::ToSend
+            )
+        })
+        .map(|k| {
+            format!(
+                "meets: P transfer rank {k} not done with req{r}: notifications {} of {} ({})",
+                end.prefill_cell(k, r).notifications,
+                t.expected_consumers[usize::from(k)],
+                path.when(|s| s.prefill_cell(k, r).send)
+            )
         })
         .collect();
-    for name in history.last().keys() {
-        let mut words = name.split_whitespace();
-        let side = words.next().unwrap_or_default();
-        let meets = touched
-            .iter()
-            .any(|(s, r)| *s == side && name.split_whitespace().any(|w| w == *r));
-        let changed_now = last.changes.iter().any(|(n, _, _)| n == name);
-        if meets && !changed_now {
-            lines.push(format!("  against {}", history.with_since(name)));
+    if !path.emitted(r, Request::EMITTED_SEND) || behind.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![
+        path.emission_line(r, Countdown::Sends),
+        path.prefill_line(r),
+    ];
+    lines.extend(behind);
+    lines
+}
+
+fn sent_before_stores(path: &Path, r: RequestId) -> Vec<String> {
+    let end = path.last();
+    let storing: Vec<String> = (0..end.topology().prefill_world)
+        .filter(|&k| end.prefill_cell(k, r).store == StorePhase::Storing)
+        .map(|k| {
+            format!(
+                "meets: P rank {k}'s offloading store of req{r} still running ({})",
+                path.when(|s| s.prefill_cell(k, r).store)
+            )
+        })
+        .collect();
+    if !path.emitted(r, Request::EMITTED_SEND) || storing.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![path.emission_line(r, Countdown::Sends)];
+    lines.extend(storing);
+    lines
+}
+
+fn received_before_reads(path: &Path, r: RequestId) -> Vec<String> {
+    let busy = path.reads_in(
+        r,
+        &[
+            HandlePhase::NotPosted,
+            HandlePhase::Handshaking,
+            HandlePhase::Reading,
+        ],
+    );
+    if !path.emitted(r, Request::EMITTED_RECV) || busy.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![path.emission_line(r, Countdown::Receives)];
+    lines.extend(busy);
+    lines
+}
+
+/// P emitted a request's load, or started prefilling it, while a worker still loads.
+fn before_loads(path: &Path, r: RequestId) -> Vec<String> {
+    let end = path.last();
+    let loading: Vec<String> = (0..end.topology().prefill_world)
+        .filter(|&k| end.prefill_cell(k, r).load == LoadPhase::Loading)
+        .map(|k| {
+            format!(
+                "meets: P rank {k} still loading req{r}'s KV ({})",
+                path.when(|s| s.prefill_cell(k, r).load)
+            )
+        })
+        .collect();
+    let emitted = path.emitted(r, Request::EMITTED_LOAD);
+    let started = end.requests[usize::from(r)].prefill != PrefillPhase::LoadingKv;
+    if loading.is_empty() || !(started || emitted) {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    if emitted {
+        lines.push(path.emission_line(r, Countdown::Loads));
+    }
+    lines.push(path.prefill_line(r));
+    lines.extend(loading);
+    lines
+}
+
+/// A breach an aggregator or a scheduler saw at the last step (a second emission, a
+/// report it refused or could not place, a free by a lease alone): what the step
+/// reported, against the request's history on that engine — its phase, E, earlier
+/// reports, lease expiries — each with its step.
+fn breach_history(path: &Path, r: RequestId) -> Vec<String> {
+    let n = path.steps.len();
+    let end = path.last();
+    let prefill = !matches!(path.actions[n - 1], Action::DecodeEngineSteps { .. });
+    let (engine, expected): (&str, fn(&State) -> u32) = if prefill {
+        ("P", |s| s.prefill_aggregator.expected())
+    } else {
+        ("D", |s| s.decode_aggregator.expected())
+    };
+    let mut lines = vec![
+        if prefill {
+            path.prefill_line(r)
+        } else {
+            path.decode_line(r)
+        },
+        format!(
+            "{engine} aggregator E = {} ({})",
+            expected(end),
+            path.when(expected)
+        ),
+    ];
+    let reports = path
+        .reports
+        .iter()
+        .filter(|(_, m)| m.request == r && matches!(m.report, Report::Received { .. }) != prefill);
+    for (step, m) in reports {
+        let fate = match m.fate {
+            Fate::Reached => "",
+            Fate::Cleared => ", cleared by the connector",
+            Fate::Dropped => ", lost with its step",
+        };
+        lines.push(format!(
+            "{} {engine} rank {} reported {} at step {step}{fate}",
+            if *step == n { "now:" } else { "earlier:" },
+            m.rank,
+            narrate::report_words(m.report, r)
+        ));
+    }
+    for (i, a) in path.actions.iter().enumerate() {
+        if let Action::LeaseExpires { rank, request } = *a {
+            if request == r && prefill {
+                lines.push(format!(
+                    "earlier: P rank {rank}'s lease on req{r} expired at step {}",
+                    i + 1
+                ));
+            }
         }
     }
     lines

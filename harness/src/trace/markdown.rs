@@ -1,8 +1,9 @@
 //! `NAME.md`: the counterexample for a PR comment: a Mermaid sequence diagram GitHub
-//! renders (one arrow or note per step), then the steps with what they changed.
+//! renders (each step's messages and notes), then the steps with what they changed, and
+//! the diagnosis.
 
-use super::{Step, Trace};
-use kvcc_model::{describe, Action};
+use super::Trace;
+use kvcc_model::narrate::{Event, Party};
 use std::fmt::Write;
 
 /// More ranks than this on one side collapse into one participant.
@@ -69,7 +70,9 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     out
 }
 
-/// The Mermaid `sequenceDiagram` of a trace.
+/// The Mermaid `sequenceDiagram` of a trace: each step's messages and notes
+/// ([`narrate::events`]), a lost one (cleared, dropped, ignored) as `-x` from the party
+/// that sent it, and the point of no return as a note.
 pub fn diagram(trace: &Trace) -> String {
     let lanes = Lanes {
         prefill: trace.prefill_ranks,
@@ -87,8 +90,9 @@ pub fn diagram(trace: &Trace) -> String {
         out += "    Note over Psched,Dsched: point of no return: the initial state\n";
     }
     for (i, step) in trace.steps.iter().enumerate() {
-        let line = lanes.line(trace, i + 1, step);
-        let _ = writeln!(out, "    {line}");
+        for event in &step.events {
+            let _ = writeln!(out, "    {}", lanes.line(i + 1, event));
+        }
         if trace.point_of_no_return == Some(i + 1) {
             let _ = writeln!(
                 out,
@@ -124,183 +128,51 @@ impl Lanes {
         }
     }
 
-    /// The participant id of a rank, and a label prefix naming the rank when collapsed.
-    fn rank(&self, side: &str, rank: u16) -> (String, String) {
-        let ranks = if side == "P" {
-            self.prefill
-        } else {
-            self.decode
+    /// A party's participant id, and its name when its lane is shared (collapsed ranks).
+    fn lane(&self, party: Party) -> (String, Option<String>) {
+        let rank = |side: &str, rank: u16, ranks: u16| {
+            if ranks > RANKS_SHOWN_MAX {
+                (format!("{side}ranks"), Some(format!("{side} rank {rank}")))
+            } else {
+                (format!("{side}rank{rank}"), None)
+            }
         };
-        if ranks > RANKS_SHOWN_MAX {
-            (format!("{side}ranks"), format!("{side} rank {rank}: "))
-        } else {
-            (format!("{side}rank{rank}"), String::new())
+        match party {
+            Party::Client => ("Client".into(), None),
+            Party::PrefillScheduler => ("Psched".into(), None),
+            Party::PrefillAggregator => ("Pagg".into(), None),
+            Party::PrefillRank(r) => rank("P", r, self.prefill),
+            Party::DecodeRank(r) => rank("D", r, self.decode),
+            Party::DecodeAggregator => ("Dagg".into(), None),
+            Party::DecodeScheduler => ("Dsched".into(), None),
         }
     }
 
-    fn line(&self, trace: &Trace, n: usize, step: &Step) -> String {
-        let text = match step.action {
-            Action::PrefillFinishes { request } => {
-                format!("Note over Psched: req{request} finishes prefill, free delayed")
+    /// `FROM->>TO: N. LABEL`, `FROM-xTO: ...` for a lost message, `Note over AT: ...`.
+    fn line(&self, n: usize, event: &Event) -> String {
+        let (from, from_name) = self.lane(event.from);
+        let (head, to_name) = match event.to {
+            Some(to) => {
+                let (to, to_name) = self.lane(to);
+                let arrow = if event.lost { "-x" } else { "->>" };
+                (format!("{from}{arrow}{to}"), to_name)
             }
-            Action::PrefillWorkerLoads { rank, request } => {
-                let (p, who) = self.rank("P", rank);
-                format!("Note over {p}: {who}req{request} KV load done")
-            }
-            Action::PrefillEngineSteps {
-                output_lost,
-                announces_count,
-                stores_done,
-            } => {
-                let mut label = engine_summary("P", step);
-                if !stores_done.is_empty() {
-                    label += &format!(" [stores done: {}]", describe::stores(&stores_done));
-                }
-                if announces_count {
-                    label += " [count announced]";
-                }
-                if output_lost {
-                    label += " [FAULT output lost]";
-                }
-                return self.with_reports("P", n, step, format!("Pagg->>Psched: step: {label}"));
-            }
-            Action::LeaseExpires { rank, request } => {
-                let (p, who) = self.rank("P", rank);
-                format!("Note over {p}: {who}lease on req{request} expires, reported as sent")
-            }
-            Action::DecodeAdmits {
-                request,
-                prefix_hit,
-            } => {
-                let how = if prefix_hit {
-                    "full prefix hit, notify-only"
-                } else {
-                    "waits for remote KV"
-                };
-                format!("Client->>Dsched: req{request} admitted, {how}")
-            }
-            Action::DecoderCrashes { request } => {
-                format!("Note over Dsched: [FAULT] D crashes before reading req{request}")
-            }
-            Action::HandshakeCompletes {
-                decoder,
-                request,
-                ok,
-            } => {
-                let source = trace
-                    .handles
-                    .iter()
-                    .find(|(d, _)| *d == decoder)
-                    .map_or(0, |(_, s)| *s);
-                let (d, _) = self.rank("D", decoder);
-                let (p, who) = self.rank("P", source);
-                let (arrow, how) = if ok {
-                    ("->>", "ok")
-                } else {
-                    ("-x", "FAILS [FAULT]")
-                };
-                format!("{d}{arrow}{p}: {who}handshake for req{request} {how}")
-            }
-            Action::ReadCompletes {
-                handle,
-                request,
-                notification_lost,
-            } => {
-                let (decoder, source) = trace.handles[usize::from(handle)];
-                let (d, _) = self.rank("D", decoder);
-                let (p, who) = self.rank("P", source);
-                if notification_lost {
-                    format!("{d}-x{p}: {who}read req{request} done, notification LOST [FAULT]")
-                } else {
-                    format!("{d}->>{p}: {who}read req{request} done + notify")
-                }
-            }
-            Action::ReadFails { handle, request } => {
-                let (decoder, source) = trace.handles[usize::from(handle)];
-                let (d, _) = self.rank("D", decoder);
-                let (p, who) = self.rank("P", source);
-                format!("{d}-x{p}: {who}read req{request} FAILS [FAULT]")
-            }
-            Action::DecodeEngineSteps { output_lost } => {
-                let mut label = engine_summary("D", step);
-                if output_lost {
-                    label += " [FAULT output lost]";
-                }
-                return self.with_reports("D", n, step, format!("Dagg->>Dsched: step: {label}"));
-            }
-            Action::ClientAborts { request } => {
-                format!("Client->>Psched: [FAULT] abort req{request} (D hears too)")
-            }
+            None => (format!("Note over {from}"), None),
         };
-        numbered(n, &text)
-    }
-
-    /// An engine step's line after one arrow per rank whose report the step handled: a
-    /// report that reaches the aggregator, or one the connector cleared, drawn as a lost
-    /// message (`-x`) from the rank that made it — the cause a reviewer looks for.
-    fn with_reports(&self, side: &str, n: usize, step: &Step, aggregated: String) -> String {
-        let rank_prefix = format!("{side} rank");
-        let mut lines = Vec::new();
-        for (name, before, after) in &step.changes {
-            let Some(rest) = name.strip_prefix(&rank_prefix) else {
-                continue;
-            };
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            let (Ok(rank), Some(request)) = (digits.parse::<u16>(), name.split(' ').next_back())
-            else {
-                continue;
-            };
-            let was_reported = before.starts_with("reported");
-            if was_reported || !after.starts_with("reported") {
-                continue;
-            }
-            let (lane, who) = self.rank(side, rank);
-            let text = if after.contains("CLEARED") {
-                format!("{lane}-x{side}agg: {who}{request} report CLEARED by the connector, never aggregated")
-            } else {
-                format!("{lane}->>{side}agg: {who}{request} reported")
-            };
-            lines.push(numbered(n, &text));
-        }
-        lines.push(numbered(n, &aggregated));
-        lines.join("\n    ")
+        // A shared lane names the rank: `P rank 2: ...`, `to P rank 0: ...`.
+        let who = match (from_name, to_name) {
+            (None, None) => String::new(),
+            (Some(from), None) => format!("{from}: "),
+            (None, Some(to)) => format!("to {to}: "),
+            (Some(from), Some(to)) => format!("{from} to {to}: "),
+        };
+        let label = format!("{who}{}", event.text);
+        format!("{head}: {n}. {}", clean(&label))
     }
 }
 
-/// `HEAD: N. LABEL`, the label made safe for Mermaid (which reads `;` as a statement
-/// break and `#` as an entity).
-fn numbered(n: usize, text: &str) -> String {
-    let (head, label) = text.split_once(": ").unwrap_or((text, ""));
-    format!("{head}: {n}. {}", clean(label))
-}
-
-/// What an engine step did on one side: request phases and aggregator countdowns
-/// (`req0 blocks freed, finished_sending req0: 1 to go`).
-fn engine_summary(side: &str, step: &Step) -> String {
-    let request = format!("{side} req");
-    let aggregator = format!("{side} aggregator ");
-    let changed: Vec<String> = step
-        .changes
-        .iter()
-        .filter_map(|(name, _, after)| {
-            if let Some(rest) = name.strip_prefix(&request) {
-                rest.chars()
-                    .all(|c| c.is_ascii_digit())
-                    .then(|| format!("req{rest} {after}"))
-            } else {
-                name.strip_prefix(&aggregator)
-                    .filter(|what| *what != "E")
-                    .map(|what| format!("{what} {after}"))
-            }
-        })
-        .collect();
-    if changed.is_empty() {
-        "outputs aggregated".into()
-    } else {
-        changed.join(", ")
-    }
-}
-
+/// A label made safe for Mermaid, which reads `;` as a statement break and `#` as an
+/// entity.
 fn clean(text: &str) -> String {
     text.replace(';', ",").replace('#', "no.")
 }

@@ -14,7 +14,7 @@ use crate::spec::point::{sanitize, Point};
 use crate::spec::Spec;
 use kvcc_model::checker::{Choice, Cost, Counterexample, Kind};
 use kvcc_model::properties::CLAUSES;
-use kvcc_model::{describe, Action, ContractModel};
+use kvcc_model::{describe, narrate, Action, ContractModel};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -28,8 +28,10 @@ pub type Values = BTreeMap<String, describe::Value>;
 #[derive(Clone, Debug)]
 pub struct Step {
     pub action: Action,
-    /// The action in vLLM's vocabulary.
+    /// The action in vLLM's vocabulary and what it did ([`narrate::step`]).
     pub description: String,
+    /// What it did, as the diagram's messages and notes ([`narrate::events`]).
+    pub events: Vec<narrate::Event>,
     /// Every fact after the step.
     pub facts: Facts,
     /// The same facts, typed.
@@ -85,7 +87,8 @@ impl Trace {
         for (action, after) in &counterexample.steps {
             steps.push(Step {
                 action: *action,
-                description: describe::action(model.topology, action),
+                description: narrate::step(model.topology, action, before, after),
+                events: narrate::events(model.topology, action, before, after),
                 facts: describe::facts(after),
                 values: describe::values(after),
                 changes: describe::diff(before, after),
@@ -93,8 +96,7 @@ impl Trace {
             before = after;
         }
         let initial = describe::facts(&counterexample.initial);
-        let diagnosis =
-            diagnosis::diagnose(model, counterexample, clause.property, &initial, &steps);
+        let diagnosis = diagnosis::diagnose(model, counterexample, &steps);
         let t = &model.topology;
         let explore: Vec<String> = ["kvcc".into(), "explore".into(), spec.file.clone()]
             .into_iter()
@@ -210,7 +212,7 @@ fn make_executable(_: &Path) -> std::io::Result<()> {
 /// `kvcc check` does (0 as expected, 1 a finding).
 fn script(trace: &Trace, replay: &str) -> String {
     let cwd = std::env::current_dir()
-        .map(|d| shell_quote(&d.display().to_string()))
+        .map(|d| single_quoted(&d.display().to_string()))
         .unwrap_or_else(|_| ".".into());
     format!(
         "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\nset -eu\ncd {cwd}\nexec {}\n",
@@ -229,6 +231,11 @@ pub fn shell_quote(arg: &str) -> String {
     if plain {
         arg.to_string()
     } else {
-        format!("'{}'", arg.replace('\'', "'\\''"))
+        single_quoted(arg)
     }
+}
+
+/// `arg` in single quotes, for a POSIX shell, whatever it holds.
+fn single_quoted(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', "'\\''"))
 }

@@ -1,0 +1,1025 @@
+//! A step told as what it did: the line a trace prints for it and the messages its
+//! sequence diagram draws both come from here, derived from the action, the states before
+//! and after it, and the topology (which knows the spec's leases). Nothing is said that
+//! the step did not make true: no lease words without a lease, no "notifies P" for a
+//! notification P only logs, no report drawn as arriving when the connector cleared it
+//! or the executor dropped its step.
+
+use crate::action::Action;
+use crate::describe;
+use crate::state::{
+    DecodeCell, HandlePhase, Incidents, LoadPhase, Metadata, Request, RequestId, SendPhase, State,
+    StorePhase,
+};
+use crate::topology::{HandlePlan, Topology};
+use kvcc_aggregator::{Aggregator, Direction, Rank};
+
+/// The parties of a step: the lanes of a trace's sequence diagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Party {
+    Client,
+    PrefillScheduler,
+    PrefillAggregator,
+    PrefillRank(Rank),
+    DecodeRank(Rank),
+    DecodeAggregator,
+    DecodeScheduler,
+}
+
+/// One thing a step did: a message from one party to another, or a note at one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub from: Party,
+    /// Where the message goes; `None` for a note at `from`.
+    pub to: Option<Party>,
+    pub text: String,
+    /// A message that never takes effect: cleared, lost, dropped with its step, ignored.
+    pub lost: bool,
+}
+
+/// What a worker reported at an engine step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// A P rank: `finished_sending`.
+    Sent,
+    /// A P rank: `finished_recving` for its own KV load.
+    Loaded,
+    /// A D rank: `finished_recving`, with `failed_recving` too when `failed`.
+    Received { failed: bool },
+}
+
+/// What became of a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// It reached the aggregator.
+    Reached,
+    /// The connector cleared it before it left the worker (#52779, #53781, #59325).
+    Cleared,
+    /// The output rank's output was missing and the executor dropped the whole step.
+    Dropped,
+}
+
+/// One report made at an engine step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Made {
+    pub rank: Rank,
+    pub request: RequestId,
+    pub report: Report,
+    pub fate: Fate,
+}
+
+/// The reports an engine step made, by request, then rank; none for other actions.
+pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
+    let t = after.topology();
+    let mut made = Vec::new();
+    let reached_unless = |lost: bool| if lost { Fate::Dropped } else { Fate::Reached };
+    for r in 0..after.request_count() as RequestId {
+        match *action {
+            Action::PrefillEngineSteps { output_lost, .. } => {
+                for rank in 0..t.prefill_world {
+                    let (b, a) = (before.prefill_cell(rank, r), after.prefill_cell(rank, r));
+                    let fate = match (b.send, a.send) {
+                        (SendPhase::Reported, _) | (SendPhase::Cleared, _) => None,
+                        (_, SendPhase::Reported) => Some(reached_unless(output_lost)),
+                        (_, SendPhase::Cleared) => Some(Fate::Cleared),
+                        _ => None,
+                    };
+                    if let Some(fate) = fate {
+                        made.push(Made {
+                            rank,
+                            request: r,
+                            report: Report::Sent,
+                            fate,
+                        });
+                    }
+                    if b.load != LoadPhase::Reported && a.load == LoadPhase::Reported {
+                        made.push(Made {
+                            rank,
+                            request: r,
+                            report: Report::Loaded,
+                            fate: reached_unless(output_lost),
+                        });
+                    }
+                }
+            }
+            Action::DecodeEngineSteps { output_lost } => {
+                for rank in 0..t.decode_world {
+                    if let (DecodeCell::Done { failed }, DecodeCell::Reported) =
+                        (before.decode_cell(rank, r), after.decode_cell(rank, r))
+                    {
+                        made.push(Made {
+                            rank,
+                            request: r,
+                            report: Report::Received { failed },
+                            fate: reached_unless(output_lost),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    made
+}
+
+/// A D notification (a read's, a notify-only message, a prefix hit's) and whether the P
+/// rank counted it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Notification {
+    plan: HandlePlan,
+    request: RequestId,
+    /// What carries it: `notification` (a read's), `notify-only message`, `prefix-hit
+    /// notification`.
+    via: &'static str,
+    /// Lost on the way (the `lost-notification` fault).
+    lost: bool,
+    /// Counted towards the P rank's completion; otherwise only logged (the rank was done).
+    counted: bool,
+}
+
+/// The notifications `action` sent. A P rank counts as many as its count grew by; the
+/// rest reached it after it was done with the request, when vLLM only logs them.
+fn notifications(
+    t: &Topology,
+    action: &Action,
+    before: &State,
+    after: &State,
+) -> Vec<Notification> {
+    let mut sent: Vec<(HandlePlan, RequestId, bool, &'static str)> = Vec::new();
+    let notify_only_of = |decoder: Rank, r: RequestId| {
+        // Notify-only messages go out when the D rank settles a load none of whose reads
+        // failed (a failure logged only also settles as a plain success, and sends none).
+        let settled = before.decode_cell(decoder, r) == DecodeCell::Loading
+            && after.decode_cell(decoder, r) == (DecodeCell::Done { failed: false })
+            && t.handles_of(decoder)
+                .all(|h| after.handle(h, r) != HandlePhase::Failed);
+        t.notify_only
+            .iter()
+            .filter(move |p| settled && p.decoder == decoder)
+            .map(move |p| (*p, r, false, "notify-only message"))
+    };
+    match *action {
+        Action::ReadCompletes {
+            handle,
+            request,
+            notification_lost,
+        } => {
+            let plan = t.handles[usize::from(handle)];
+            sent.push((plan, request, notification_lost, "notification"));
+            sent.extend(notify_only_of(plan.decoder, request));
+        }
+        Action::DecodeEngineSteps { .. } => {
+            for r in 0..after.request_count() as RequestId {
+                let q = &before.requests[usize::from(r)];
+                if !(q.prefix_hit && q.recv_meta == Metadata::Due(1)) {
+                    continue;
+                }
+                // A full prefix hit reads nothing and notifies every rank it covers.
+                for d in 0..t.decode_world {
+                    let read = t.handles.iter().filter(|p| p.decoder == d);
+                    let covered = t.notify_only.iter().filter(|p| p.decoder == d);
+                    sent.extend(
+                        read.chain(covered)
+                            .map(|p| (*p, r, false, "prefix-hit notification")),
+                    );
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut room: Vec<(Rank, RequestId, u8)> = Vec::new();
+    sent.into_iter()
+        .map(|(plan, request, lost, via)| {
+            let grew = |rank, r| {
+                let b = before.prefill_cell(rank, r).notifications;
+                after.prefill_cell(rank, r).notifications.saturating_sub(b)
+            };
+            let counted = !lost && {
+                let entry = match room
+                    .iter_mut()
+                    .position(|(k, r, _)| *k == plan.source && *r == request)
+                {
+                    Some(i) => &mut room[i],
+                    None => {
+                        room.push((plan.source, request, grew(plan.source, request)));
+                        room.last_mut().expect("just pushed")
+                    }
+                };
+                let counted = entry.2 > 0;
+                entry.2 = entry.2.saturating_sub(1);
+                counted
+            };
+            Notification {
+                plan,
+                request,
+                via,
+                lost,
+                counted,
+            }
+        })
+        .collect()
+}
+
+/// `rank 0` or `ranks 0, 2`, after `side` (`P`, `D`).
+fn ranks(side: &str, ranks: &[Rank]) -> String {
+    let list: Vec<String> = ranks.iter().map(Rank::to_string).collect();
+    let noun = if ranks.len() == 1 { "rank" } else { "ranks" };
+    format!("{side} {noun} {}", list.join(", "))
+}
+
+/// `req0 sent`, `req0 received, failed`: what a report says.
+pub fn report_words(report: Report, r: RequestId) -> String {
+    match report {
+        Report::Sent => format!("req{r} sent"),
+        Report::Loaded => format!("its own KV load of req{r} done"),
+        Report::Received { failed: false } => format!("req{r} received"),
+        Report::Received { failed: true } => format!("req{r} received, failed"),
+    }
+}
+
+fn fate_words(fate: Fate) -> &'static str {
+    match fate {
+        Fate::Reached => "",
+        Fate::Cleared => ", CLEARED by the connector (never reaches the aggregator)",
+        Fate::Dropped => ", LOST with the dropped step",
+    }
+}
+
+/// `P ranks 0, 1 report req0 sent, ...`: the reports of a step, the ranks of one report
+/// and fate grouped.
+fn report_lines(side: &str, made: &[Made]) -> Vec<String> {
+    let mut groups: Vec<(RequestId, Report, Fate, Vec<Rank>)> = Vec::new();
+    for m in made {
+        match groups
+            .iter_mut()
+            .find(|(r, report, fate, _)| (*r, *report, *fate) == (m.request, m.report, m.fate))
+        {
+            Some(group) => group.3.push(m.rank),
+            None => groups.push((m.request, m.report, m.fate, vec![m.rank])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(r, report, fate, who)| {
+            let verb = if who.len() == 1 { "reports" } else { "report" };
+            format!(
+                "{} {verb} {}{}",
+                ranks(side, &who),
+                report_words(report, r),
+                fate_words(fate)
+            )
+        })
+        .collect()
+}
+
+fn notification_line(n: &Notification, t: &Topology, after: &State) -> String {
+    let (d, p, r) = (n.plan.decoder, n.plan.source, n.request);
+    if n.lost {
+        return format!("the notification to P rank {p} is LOST");
+    }
+    let via = n.via;
+    if !n.counted {
+        return format!("P rank {p} was already done with req{r} and only logs D rank {d}'s {via}");
+    }
+    let cell = after.prefill_cell(p, r);
+    let expected = t.expected_consumers[usize::from(p)];
+    let mut line = format!(
+        "P rank {p} counts D rank {d}'s {via} for req{r} ({}/{expected})",
+        cell.notifications
+    );
+    if cell.send == SendPhase::Done {
+        line += &format!(", done: it reports req{r} sent at its next step");
+    }
+    line
+}
+
+/// An aggregator's changes at a step: countdowns opened or moved, ids emitted.
+fn aggregator_lines(
+    before: &Aggregator<RequestId>,
+    after: &Aggregator<RequestId>,
+    emitted: &[(Direction, RequestId)],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    for direction in [Direction::Sending, Direction::Recving] {
+        let ids: std::collections::BTreeSet<&RequestId> = before
+            .open_ids(direction)
+            .chain(after.open_ids(direction))
+            .collect();
+        for id in ids {
+            let (b, a) = (
+                before.remaining(direction, id),
+                after.remaining(direction, id),
+            );
+            if let (Some(to_go), true) = (a, a != b) {
+                lines.push(format!("{direction} req{id} {to_go} to go"));
+            }
+        }
+    }
+    for (direction, id) in emitted {
+        lines.push(format!("emits {direction} req{id}"));
+    }
+    lines
+}
+
+/// The ids a step emitted, by the requests' emission marks.
+fn emitted(engine_prefill: bool, before: &State, after: &State) -> Vec<(Direction, RequestId)> {
+    let bits: &[(Direction, u8)] = if engine_prefill {
+        &[
+            (Direction::Sending, Request::EMITTED_SEND),
+            (Direction::Recving, Request::EMITTED_LOAD),
+        ]
+    } else {
+        &[(Direction::Recving, Request::EMITTED_RECV)]
+    };
+    let mut ids = Vec::new();
+    for &(direction, bit) in bits {
+        for (r, (b, a)) in before.requests.iter().zip(&after.requests).enumerate() {
+            if a.emitted & bit != 0 && b.emitted & bit == 0 {
+                ids.push((direction, r as RequestId));
+            }
+        }
+    }
+    ids
+}
+
+/// The schedulers' request phases a step changed, as (engine, `req0 → blocks freed`).
+fn scheduler_lines(before: &State, after: &State) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    for (r, (b, a)) in before.requests.iter().zip(&after.requests).enumerate() {
+        if a.prefill != b.prefill {
+            lines.push((
+                "P",
+                format!("req{r} → {}", describe::prefill_phase(a.prefill)),
+            ));
+        }
+        if a.decode != b.decode {
+            let phase = describe::decode_phase(a.decode, a.prefix_hit);
+            lines.push(("D", format!("req{r} → {phase}")));
+        }
+    }
+    lines
+}
+
+/// What an engine step's aggregator did: countdowns moved, ids emitted.
+fn counted_lines(prefill: bool, before: &State, after: &State) -> Vec<String> {
+    let (b, a) = if prefill {
+        (&before.prefill_aggregator, &after.prefill_aggregator)
+    } else {
+        (&before.decode_aggregator, &after.decode_aggregator)
+    };
+    aggregator_lines(b, a, &emitted(prefill, before, after))
+}
+
+/// What an engine step's aggregator and scheduler did, in the step's line.
+fn outcome_lines(engine: &str, before: &State, after: &State) -> Vec<String> {
+    let mut lines: Vec<String> = counted_lines(engine == "P", before, after)
+        .into_iter()
+        .map(|l| format!("{engine} aggregator: {l}"))
+        .collect();
+    lines.extend(
+        scheduler_lines(before, after)
+            .into_iter()
+            .map(|(side, l)| format!("{side} scheduler: {l}")),
+    );
+    lines
+}
+
+fn incident_line(before: &State, after: &State) -> Option<String> {
+    let new = Incidents(after.incidents.0 & !before.incidents.0);
+    (new.0 != 0).then(|| format!("INCIDENT: {}", describe::incidents(new)))
+}
+
+/// Reads a step posted: (D rank, request, the P ranks it reads, whether a handshake
+/// comes first).
+fn posted(t: &Topology, before: &State, after: &State) -> Vec<(Rank, RequestId, Vec<Rank>, bool)> {
+    let mut posted = Vec::new();
+    for r in 0..after.request_count() as RequestId {
+        for d in 0..t.decode_world {
+            let new: Vec<usize> = t
+                .handles_of(d)
+                .filter(|&h| before.handle(h, r) == HandlePhase::NotPosted)
+                .filter(|&h| after.handle(h, r) != HandlePhase::NotPosted)
+                .collect();
+            if let Some(&first) = new.first() {
+                let sources = new.iter().map(|&h| t.handles[h].source).collect();
+                let handshake = after.handle(first, r) == HandlePhase::Handshaking;
+                posted.push((d, r, sources, handshake));
+            }
+        }
+    }
+    posted
+}
+
+fn posted_words(r: RequestId, sources: &[Rank], handshake: bool) -> String {
+    let how = if handshake {
+        "starts its handshake to read"
+    } else {
+        "starts reading"
+    };
+    format!("{how} req{r} from {}", ranks("P", sources))
+}
+
+/// What D's workers started or settled at a step: reads posted, handshakes begun, D
+/// ranks done with their reads or silent for good.
+fn worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
+    let mut lines: Vec<String> = posted(t, before, after)
+        .into_iter()
+        .map(|(d, r, sources, handshake)| {
+            format!("D rank {d} {}", posted_words(r, &sources, handshake))
+        })
+        .collect();
+    for r in 0..after.request_count() as RequestId {
+        for d in 0..t.decode_world {
+            let (b, a) = (before.decode_cell(d, r), after.decode_cell(d, r));
+            if a == b {
+                continue;
+            }
+            match a {
+                DecodeCell::Done { failed: false } if b != DecodeCell::Idle => lines.push(format!(
+                    "D rank {d} is done with req{r}: it reports it received at its next step"
+                )),
+                DecodeCell::Done { failed: true } => lines.push(format!(
+                    "D rank {d} gives up on req{r}: it reports it failed at its next step"
+                )),
+                DecodeCell::Done { failed: false } => lines.push(format!(
+                    "D rank {d} has req{r} from its prefix cache: it reports it received at its next step"
+                )),
+                DecodeCell::Silent => lines.push(format!(
+                    "D rank {d} will never report req{r}"
+                )),
+                _ => {}
+            }
+        }
+    }
+    lines
+}
+
+/// P workers' own changes outside reports: leases armed, stores started.
+fn prefill_worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
+    let mut lines = Vec::new();
+    for r in 0..after.request_count() as RequestId {
+        let armed: Vec<Rank> = (0..t.prefill_world)
+            .filter(|&k| {
+                before.prefill_cell(k, r).send != SendPhase::ToSend
+                    && after.prefill_cell(k, r).send == SendPhase::ToSend
+            })
+            .collect();
+        if !armed.is_empty() && t.leases {
+            lines.push(format!(
+                "{} arm{} a lease on req{r}",
+                ranks("P", &armed),
+                if armed.len() == 1 { "s" } else { "" }
+            ));
+        }
+        let silent: Vec<Rank> = (0..t.prefill_world)
+            .filter(|&k| {
+                before.prefill_cell(k, r).send != SendPhase::Silent
+                    && after.prefill_cell(k, r).send == SendPhase::Silent
+            })
+            .collect();
+        if !silent.is_empty() {
+            lines.push(format!("{} will never report req{r}", ranks("P", &silent)));
+        }
+        let storing = (0..t.prefill_world).any(|k| {
+            before.prefill_cell(k, r).store != StorePhase::Storing
+                && after.prefill_cell(k, r).store == StorePhase::Storing
+        });
+        if storing {
+            lines.push(format!(
+                "the offloading child starts storing req{r} on every P worker"
+            ));
+        }
+    }
+    lines
+}
+
+/// Requests whose connector metadata reached the workers at this step.
+fn metadata_lines(prefill: bool, before: &State, after: &State) -> Vec<String> {
+    before
+        .requests
+        .iter()
+        .zip(&after.requests)
+        .enumerate()
+        .filter_map(|(r, (b, a))| {
+            let (was, is, what) = if prefill {
+                (b.send_meta, a.send_meta, "send")
+            } else {
+                (b.recv_meta, a.recv_meta, "load")
+            };
+            (was != is && is == Metadata::Delivered)
+                .then(|| format!("{what} metadata of req{r} reaches the workers"))
+        })
+        .collect()
+}
+
+/// The line a trace prints for a step: the action as a reviewer would say it
+/// ([`describe::action`]), then what it did.
+pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> String {
+    let head = describe::action(t, action);
+    let mut what = Vec::new();
+    match *action {
+        Action::PrefillEngineSteps { .. } => {
+            what.extend(metadata_lines(true, before, after));
+            what.extend(prefill_worker_lines(t, before, after));
+            what.extend(report_lines("P", &reports(action, before, after)));
+            what.extend(outcome_lines("P", before, after));
+            if what.is_empty() {
+                what.push("nothing reported".into());
+            }
+        }
+        Action::DecodeEngineSteps { .. } => {
+            what.extend(metadata_lines(false, before, after));
+            what.extend(worker_lines(t, before, after));
+            what.extend(
+                notifications(t, action, before, after)
+                    .iter()
+                    .map(|n| notification_line(n, t, after)),
+            );
+            what.extend(report_lines("D", &reports(action, before, after)));
+            what.extend(outcome_lines("D", before, after));
+            if what.is_empty() {
+                what.push("nothing reported".into());
+            }
+        }
+        Action::ReadCompletes { .. } => {
+            what.extend(
+                notifications(t, action, before, after)
+                    .iter()
+                    .filter(|n| !n.lost)
+                    .map(|n| notification_line(n, t, after)),
+            );
+            what.extend(worker_lines(t, before, after));
+        }
+        Action::ReadFails { .. } | Action::HandshakeCompletes { .. } => {
+            what.extend(worker_lines(t, before, after));
+        }
+        Action::LeaseExpires { rank, request } => {
+            let reading: Vec<Rank> = t
+                .handles_reading(rank)
+                .filter(|&h| after.handle(h, request) == HandlePhase::Reading)
+                .map(|h| t.handles[h].decoder)
+                .collect();
+            let still = match reading.len() {
+                0 => String::new(),
+                1 => format!(", while {} still reads it,", ranks("D", &reading)),
+                _ => format!(", while {} still read it,", ranks("D", &reading)),
+            };
+            what.push(format!(
+                "P rank {rank} counts req{request} as sent{still} and reports it at its next step"
+            ));
+        }
+        Action::PrefillFinishes { .. } => what.extend(prefill_worker_lines(t, before, after)),
+        Action::ClientAborts { .. } => what.extend(
+            scheduler_lines(before, after)
+                .into_iter()
+                .map(|(side, l)| format!("{side} scheduler: {l}")),
+        ),
+        Action::PrefillWorkerLoads { .. }
+        | Action::DecodeAdmits { .. }
+        | Action::DecoderCrashes { .. } => {}
+    }
+    what.extend(incident_line(before, after));
+    if what.is_empty() {
+        head
+    } else {
+        format!("{head} — {}", what.join("; "))
+    }
+}
+
+/// A step as the explorer shows it: its line, then every fact after it, the ones it
+/// changed marked `*` with their value before — the text trace's words, whole.
+pub fn explained(t: &Topology, action: &Action, before: &State, after: &State) -> String {
+    let mut out = step(t, action, before, after);
+    out += "\n\n";
+    let was = describe::facts(before);
+    for (name, value) in describe::facts(after) {
+        match was.get(&name) {
+            Some(old) if *old == value => out += &format!("  {name}: {value}\n"),
+            Some(old) => out += &format!("* {name}: {value}   (was: {old})\n"),
+            None => out += &format!("* {name}: {value}   (new)\n"),
+        }
+    }
+    out
+}
+
+/// The messages and notes a sequence diagram draws for a step: every report (one the
+/// connector cleared or the executor dropped is lost, from the rank that made it), every
+/// read and notification (a lost or ignored one is lost), every emission and free.
+pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> Vec<Event> {
+    use Party::*;
+    let message = |from, to, text: String, lost| Event {
+        from,
+        to: Some(to),
+        text,
+        lost,
+    };
+    let note = |at, text: String| Event {
+        from: at,
+        to: None,
+        text,
+        lost: false,
+    };
+    let mut events = Vec::new();
+    for n in notifications(t, action, before, after) {
+        let (d, p, r) = (n.plan.decoder, n.plan.source, n.request);
+        let how = match n.via {
+            "notification" => format!("read req{r} done + notify"),
+            via => format!("req{r} {via}"),
+        };
+        let (text, lost) = if n.lost {
+            (format!("{how}: notification LOST [FAULT]"), true)
+        } else if !n.counted {
+            (format!("{how}: ignored, P rank {p} was already done"), true)
+        } else {
+            let cell = after.prefill_cell(p, r);
+            let expected = t.expected_consumers[usize::from(p)];
+            (format!("{how} ({}/{expected})", cell.notifications), false)
+        };
+        events.push(message(DecodeRank(d), PrefillRank(p), text, lost));
+    }
+    match *action {
+        Action::PrefillFinishes { request } => events.push(note(
+            PrefillScheduler,
+            format!("req{request} finishes prefill, free delayed"),
+        )),
+        Action::PrefillWorkerLoads { rank, request } => events.push(note(
+            PrefillRank(rank),
+            format!("req{request} own KV load done"),
+        )),
+        Action::LeaseExpires { rank, request } => events.push(note(
+            PrefillRank(rank),
+            format!("lease on req{request} expires, counts it as sent"),
+        )),
+        Action::DecodeAdmits {
+            request,
+            prefix_hit,
+        } => {
+            let how = if prefix_hit {
+                "full prefix hit, notify-only"
+            } else {
+                "waits for remote KV"
+            };
+            events.push(message(
+                Client,
+                DecodeScheduler,
+                format!("req{request} admitted, {how}"),
+                false,
+            ));
+        }
+        Action::DecoderCrashes { request } => events.push(note(
+            DecodeScheduler,
+            format!("[FAULT] D crashes before reading req{request}"),
+        )),
+        Action::HandshakeCompletes {
+            decoder,
+            request,
+            ok,
+        } => {
+            let source = t
+                .handles_of(decoder)
+                .next()
+                .map_or(0, |h| t.handles[h].source);
+            let text = if ok {
+                format!("handshake for req{request} ok")
+            } else {
+                format!("handshake for req{request} FAILS [FAULT]")
+            };
+            events.push(message(DecodeRank(decoder), PrefillRank(source), text, !ok));
+        }
+        Action::ReadFails { handle, request } => {
+            let plan = t.handles[usize::from(handle)];
+            events.push(message(
+                DecodeRank(plan.decoder),
+                PrefillRank(plan.source),
+                format!("read req{request} FAILS [FAULT]"),
+                true,
+            ));
+        }
+        Action::ClientAborts { request } => events.push(message(
+            Client,
+            PrefillScheduler,
+            format!("[FAULT] abort req{request} (D hears too)"),
+            false,
+        )),
+        Action::PrefillEngineSteps {
+            output_lost,
+            announces_count,
+            stores_done,
+        } => {
+            for m in reports(action, before, after) {
+                events.push(report_event(PrefillRank(m.rank), PrefillAggregator, m));
+            }
+            let mut label = step_summary(true, before, after);
+            if !stores_done.is_empty() {
+                label += &format!(" [stores done: {}]", describe::stores(&stores_done));
+            }
+            if announces_count {
+                label += " [count announced]";
+            }
+            if output_lost {
+                label += " [FAULT output lost, step dropped]";
+            }
+            events.push(message(PrefillAggregator, PrefillScheduler, label, false));
+        }
+        Action::DecodeEngineSteps { output_lost } => {
+            for (d, r, sources, handshake) in posted(t, before, after) {
+                events.push(note(DecodeRank(d), posted_words(r, &sources, handshake)));
+            }
+            for m in reports(action, before, after) {
+                events.push(report_event(DecodeRank(m.rank), DecodeAggregator, m));
+            }
+            let mut label = step_summary(false, before, after);
+            if output_lost {
+                label += " [FAULT output lost, step dropped]";
+            }
+            events.push(message(DecodeAggregator, DecodeScheduler, label, false));
+        }
+        Action::ReadCompletes { .. } => {}
+    }
+    events
+}
+
+fn report_event(from: Party, to: Party, m: Made) -> Event {
+    let text = match m.fate {
+        Fate::Reached => report_words(m.report, m.request),
+        Fate::Cleared => format!(
+            "{}, CLEARED by the connector, never aggregated",
+            report_words(m.report, m.request)
+        ),
+        Fate::Dropped => format!(
+            "{}, LOST with the dropped step",
+            report_words(m.report, m.request)
+        ),
+    };
+    Event {
+        from,
+        to: Some(to),
+        text,
+        lost: m.fate != Fate::Reached,
+    }
+}
+
+/// An engine step's arrow from its aggregator to its scheduler: what was counted,
+/// emitted, freed or woken.
+fn step_summary(prefill: bool, before: &State, after: &State) -> String {
+    let mut parts = counted_lines(prefill, before, after);
+    parts.extend(scheduler_lines(before, after).into_iter().map(|(_, l)| l));
+    parts.extend(incident_line(before, after));
+    if parts.is_empty() {
+        "step: nothing emitted".into()
+    } else {
+        format!("step: {}", parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::base;
+    use crate::model::ContractModel;
+
+    /// Walks `actions` from the initial state; returns each step's line.
+    fn lines(model: &ContractModel, actions: &[Action]) -> Vec<String> {
+        let mut state = model.initial_state();
+        let mut out = Vec::new();
+        for action in actions {
+            let next = model
+                .apply(&state, *action)
+                .expect("the action is a transition");
+            out.push(step(model.topology, action, &state, &next));
+            state = next;
+        }
+        out
+    }
+
+    fn seed_actions() -> Vec<Action> {
+        vec![
+            Action::PrefillFinishes { request: 0 },
+            Action::DecodeAdmits {
+                request: 0,
+                prefix_hit: false,
+            },
+            Action::DecodeEngineSteps { output_lost: false },
+            Action::ReadCompletes {
+                handle: 0,
+                request: 0,
+                notification_lost: false,
+            },
+            Action::PrefillEngineSteps {
+                output_lost: false,
+                announces_count: false,
+                stores_done: Default::default(),
+            },
+        ]
+    }
+
+    #[test]
+    fn the_seed_bug_step_says_which_report_the_connector_cleared() {
+        let mut c = base();
+        c.producer.clear_replicated = true;
+        let model = ContractModel::new(c);
+        let lines = lines(&model, &seed_actions());
+        assert!(
+            lines[3].contains("P rank 0 counts D rank 0's notification for req0 (1/1)"),
+            "{}",
+            lines[3]
+        );
+        assert!(
+            lines[4].contains("P rank 0 reports req0 sent;"),
+            "{}",
+            lines[4]
+        );
+        assert!(
+            lines[4].contains("P rank 1 reports req0 sent, CLEARED by the connector"),
+            "{}",
+            lines[4]
+        );
+        assert!(
+            lines[4].contains("P aggregator: finished_sending req0 1 to go"),
+            "{}",
+            lines[4]
+        );
+    }
+
+    /// Walks `actions`; returns the last step's line and events.
+    fn last_step(model: &ContractModel, actions: &[Action]) -> (String, Vec<Event>) {
+        let mut state = model.initial_state();
+        for action in &actions[..actions.len() - 1] {
+            state = model.apply(&state, *action).expect("a transition");
+        }
+        let action = actions[actions.len() - 1];
+        let next = model.apply(&state, action).expect("a transition");
+        (
+            step(model.topology, &action, &state, &next),
+            events(model.topology, &action, &state, &next),
+        )
+    }
+
+    fn p_step(output_lost: bool) -> Action {
+        Action::PrefillEngineSteps {
+            output_lost,
+            announces_count: false,
+            stores_done: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_notification_after_the_lease_expired_is_only_logged_and_drawn_lost() {
+        let model = ContractModel::new(base());
+        let read = Action::ReadCompletes {
+            handle: 0,
+            request: 0,
+            notification_lost: false,
+        };
+        let actions = [
+            Action::PrefillFinishes { request: 0 },
+            p_step(false),
+            Action::LeaseExpires {
+                rank: 0,
+                request: 0,
+            },
+            Action::DecodeAdmits {
+                request: 0,
+                prefix_hit: false,
+            },
+            Action::DecodeEngineSteps { output_lost: false },
+            read,
+        ];
+        let (line, events) = last_step(&model, &actions);
+        assert!(
+            line.contains(
+                "P rank 0 was already done with req0 and only logs D rank 0's notification"
+            ),
+            "{line}"
+        );
+        let notification = &events[0];
+        assert_eq!(notification.from, Party::DecodeRank(0));
+        assert_eq!(notification.to, Some(Party::PrefillRank(0)));
+        assert!(notification.lost, "{notification:?}");
+        // The twin: the same read before the lease expired is counted.
+        let mut counted = actions.to_vec();
+        counted.remove(2);
+        let (line, events) = last_step(&model, &counted);
+        assert!(
+            line.contains("P rank 0 counts D rank 0's notification"),
+            "{line}"
+        );
+        assert!(!events[0].lost, "{:?}", events[0]);
+    }
+
+    #[test]
+    fn a_dropped_step_draws_every_report_it_carried_as_lost() {
+        let model = ContractModel::new(base());
+        let mut actions = seed_actions();
+        actions[4] = p_step(true);
+        let (line, events) = last_step(&model, &actions);
+        assert!(
+            line.contains("P ranks 0, 1 report req0 sent, LOST with the dropped step"),
+            "{line}"
+        );
+        let reports: Vec<&Event> = events
+            .iter()
+            .filter(|e| e.to == Some(Party::PrefillAggregator))
+            .collect();
+        assert_eq!(reports.len(), 2, "{events:?}");
+        assert!(reports.iter().all(|e| e.lost), "{reports:?}");
+        // The twin: the same step with its output is drawn arriving.
+        let (_, events) = last_step(&model, &seed_actions());
+        assert!(events
+            .iter()
+            .filter(|e| e.to == Some(Party::PrefillAggregator))
+            .all(|e| !e.lost));
+    }
+
+    /// Every action the model counts as a fault is marked `[FAULT` and no other is; a
+    /// lease expiry, and only that, says `expires`: a reader and a script can count them.
+    #[test]
+    fn faults_are_marked_and_expiries_say_so() {
+        let model = ContractModel::new(base());
+        let mut actions = vec![
+            Action::PrefillFinishes { request: 0 },
+            Action::PrefillWorkerLoads {
+                rank: 0,
+                request: 0,
+            },
+            Action::LeaseExpires {
+                rank: 0,
+                request: 0,
+            },
+            Action::DecoderCrashes { request: 0 },
+            Action::ReadFails {
+                handle: 0,
+                request: 0,
+            },
+            Action::ClientAborts { request: 0 },
+        ];
+        for on in [false, true] {
+            actions.push(Action::DecodeAdmits {
+                request: 0,
+                prefix_hit: on,
+            });
+            actions.push(Action::HandshakeCompletes {
+                decoder: 0,
+                request: 0,
+                ok: on,
+            });
+            actions.push(Action::ReadCompletes {
+                handle: 0,
+                request: 0,
+                notification_lost: on,
+            });
+            actions.push(Action::DecodeEngineSteps { output_lost: on });
+            for announces_count in [false, true] {
+                actions.push(Action::PrefillEngineSteps {
+                    output_lost: on,
+                    announces_count,
+                    stores_done: Default::default(),
+                });
+            }
+        }
+        for action in &actions {
+            let line = describe::action(model.topology, action);
+            assert_eq!(
+                line.contains("[FAULT"),
+                model.is_fault_action(action),
+                "{line}"
+            );
+            assert_eq!(
+                line.contains("expires"),
+                matches!(action, Action::LeaseExpires { .. }),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn lease_words_only_where_the_spec_arms_leases() {
+        // P steps before D reads, so the metadata arms the transfer rank's lease (when
+        // the spec has leases) and the read's notification is counted after it.
+        let actions = [
+            Action::PrefillFinishes { request: 0 },
+            Action::PrefillEngineSteps {
+                output_lost: false,
+                announces_count: false,
+                stores_done: Default::default(),
+            },
+            Action::DecodeAdmits {
+                request: 0,
+                prefix_hit: false,
+            },
+            Action::DecodeEngineSteps { output_lost: false },
+            Action::ReadCompletes {
+                handle: 0,
+                request: 0,
+                notification_lost: false,
+            },
+        ];
+        for lease in [false, true] {
+            let mut c = base();
+            c.producer.lease = lease;
+            let model = ContractModel::new(c);
+            let text = lines(&model, &actions).join("\n");
+            assert_eq!(text.contains("lease"), lease, "lease = {lease}:\n{text}");
+        }
+    }
+}
