@@ -62,6 +62,26 @@ pub struct Prefill {
     /// loads): every worker loads its own copy and reports `finished_recving`.
     #[serde(default)]
     pub loads_kv: bool,
+    /// What a rank of a pipeline stage before the last returns each step (only with
+    /// `pp` > 1): its connector part in an otherwise empty output, or nothing at all.
+    #[serde(default)]
+    pub pp_stage_output: StageOutput,
+}
+
+/// What a worker outside the last pipeline stage returns from a step when a KV connector
+/// is configured (vllm/v1/worker/gpu_model_runner.py, `sample_tokens`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StageOutput {
+    /// An empty model-runner output that carries the rank's KV-connector output, so the
+    /// aggregator counts its reports: current vLLM (PR #28768 restored it, after
+    /// #26866's async-scheduling refactor lost it).
+    #[default]
+    ConnectorOutput,
+    /// No output (`None`): #26866's regression, fixed by #28768. vLLM's aggregator asserts
+    /// that every worker other than the output rank handed it an output, so the first P
+    /// step with PP kills the engine (vllm-ascend #4973 hit the same assert).
+    None,
 }
 
 fn one_u16() -> u16 {
@@ -437,6 +457,7 @@ pub(crate) mod tests {
                 layout: PcpLayout::Replicated,
                 attention: Attention::Dense,
                 loads_kv: false,
+                pp_stage_output: StageOutput::ConnectorOutput,
             },
             decode: Decode { tp: 1 },
             requests: 1,

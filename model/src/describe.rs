@@ -313,7 +313,7 @@ fn metadata(meta: Metadata) -> String {
 
 /// The contract breaches in `incidents`, named, or `-`.
 pub fn incidents(incidents: Incidents) -> String {
-    const NAMES: [(u16, &str); 11] = [
+    const NAMES: [(u16, &str); 12] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
             "finished_sending for unknown request",
@@ -342,6 +342,10 @@ pub fn incidents(incidents: Incidents) -> String {
         (
             Incidents::LOAD_FOR_UNKNOWN,
             "P load emitted for unknown request",
+        ),
+        (
+            Incidents::NONE_OUTPUT,
+            "a rank before the last pipeline stage returned no output (None): the aggregator asserts, the engine dies",
         ),
     ];
     let names: Vec<&str> = NAMES

@@ -164,6 +164,8 @@ impl Incidents {
     /// P freed a request's blocks only because a lease expired, and no injected fault
     /// touched the request: the happy path never completed, and the lease hid it.
     pub const FREED_BY_LEASE_ALONE: u16 = 1 << 10;
+    /// A worker other than the output rank handed the aggregator no output (`None`).
+    pub const NONE_OUTPUT: u16 = 1 << 11;
 
     pub fn has(self, bit: u16) -> bool {
         self.0 & bit != 0

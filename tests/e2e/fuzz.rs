@@ -239,6 +239,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("prefill", "layout", &["\"replicated\"", "\"sharded\""]),
     ("prefill", "attention", &["\"dense\"", "\"mla\""]),
     ("prefill", "loads-kv", &["false", "true"]),
+    (
+        "prefill",
+        "pp-stage-output",
+        &["\"connector-output\"", "\"none\""],
+    ),
     ("decode", "tp", &["1", "2", "4"]),
     (
         "producer",
