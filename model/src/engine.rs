@@ -97,9 +97,6 @@ pub fn prefill_step(
             outputs.push(output);
         }
     }
-    if output_lost {
-        state.once |= State::ONCE_PREFILL_OUTPUT_LOST;
-    }
     if announce {
         state.once |= State::ONCE_COUNT_ANNOUNCED;
     }
@@ -136,9 +133,6 @@ pub fn decode_step(
         if !(worker == DECODE_OUTPUT_RANK && output_lost) {
             outputs.push(output);
         }
-    }
-    if output_lost {
-        state.once |= State::ONCE_DECODE_OUTPUT_LOST;
     }
     let outcome = aggregate(config, state, &outputs, Engine::Decode, DECODE_OUTPUT_RANK);
     scheduler::on_decode_outcome(state, &outcome);

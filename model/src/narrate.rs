@@ -75,7 +75,12 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
     let reached_unless = |lost: bool| if lost { Fate::Dropped } else { Fate::Reached };
     for r in 0..after.request_count() as RequestId {
         match *action {
-            Action::PrefillEngineSteps { output_lost, .. } => {
+            Action::PrefillEngineSteps {
+                output_lost,
+                raised,
+                ..
+            } => {
+                let output_lost = output_lost || raised;
                 for rank in 0..t.prefill_world {
                     let (b, a) = (before.prefill_cell(rank, r), after.prefill_cell(rank, r));
                     let fate = match (b.send, a.send) {
@@ -102,7 +107,11 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
                     }
                 }
             }
-            Action::DecodeEngineSteps { output_lost } => {
+            Action::DecodeEngineSteps {
+                output_lost,
+                raised,
+            } => {
+                let output_lost = output_lost || raised;
                 for rank in 0..t.decode_world {
                     if let (DecodeCell::Done { failed }, DecodeCell::Reported) =
                         (before.decode_cell(rank, r), after.decode_cell(rank, r))
@@ -705,6 +714,7 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             output_lost,
             announces_count,
             stores_done,
+            raised,
         } => {
             for m in reports(action, before, after) {
                 events.push(report_event(PrefillRank(m.rank), PrefillAggregator, m));
@@ -719,9 +729,15 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             if output_lost {
                 label += " [FAULT output lost, step dropped]";
             }
+            if raised {
+                label += " [FAULT a worker raised, step retried]";
+            }
             events.push(message(PrefillAggregator, PrefillScheduler, label, false));
         }
-        Action::DecodeEngineSteps { output_lost } => {
+        Action::DecodeEngineSteps {
+            output_lost,
+            raised,
+        } => {
             for (d, r, sources, handshake) in posted(t, before, after) {
                 events.push(note(DecodeRank(d), posted_words(r, &sources, handshake)));
             }
@@ -731,6 +747,9 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             let mut label = step_summary(false, before, after);
             if output_lost {
                 label += " [FAULT output lost, step dropped]";
+            }
+            if raised {
+                label += " [FAULT a worker raised, step retried]";
             }
             events.push(message(DecodeAggregator, DecodeScheduler, label, false));
         }
@@ -799,7 +818,10 @@ mod tests {
                 request: 0,
                 prefix_hit: false,
             },
-            Action::DecodeEngineSteps { output_lost: false },
+            Action::DecodeEngineSteps {
+                output_lost: false,
+                raised: false,
+            },
             Action::ReadCompletes {
                 handle: 0,
                 request: 0,
@@ -809,6 +831,7 @@ mod tests {
                 output_lost: false,
                 announces_count: false,
                 stores_done: Default::default(),
+                raised: false,
             },
         ]
     }
@@ -860,6 +883,7 @@ mod tests {
             output_lost,
             announces_count: false,
             stores_done: Default::default(),
+            raised: false,
         }
     }
 
@@ -882,7 +906,10 @@ mod tests {
                 request: 0,
                 prefix_hit: false,
             },
-            Action::DecodeEngineSteps { output_lost: false },
+            Action::DecodeEngineSteps {
+                output_lost: false,
+                raised: false,
+            },
             read,
         ];
         let (line, events) = last_step(&model, &actions);
@@ -968,12 +995,16 @@ mod tests {
                 request: 0,
                 notification_lost: on,
             });
-            actions.push(Action::DecodeEngineSteps { output_lost: on });
+            actions.push(Action::DecodeEngineSteps {
+                output_lost: on,
+                raised: false,
+            });
             for announces_count in [false, true] {
                 actions.push(Action::PrefillEngineSteps {
                     output_lost: on,
                     announces_count,
                     stores_done: Default::default(),
+                    raised: false,
                 });
             }
         }
@@ -1002,12 +1033,16 @@ mod tests {
                 output_lost: false,
                 announces_count: false,
                 stores_done: Default::default(),
+                raised: false,
             },
             Action::DecodeAdmits {
                 request: 0,
                 prefix_hit: false,
             },
-            Action::DecodeEngineSteps { output_lost: false },
+            Action::DecodeEngineSteps {
+                output_lost: false,
+                raised: false,
+            },
             Action::ReadCompletes {
                 handle: 0,
                 request: 0,

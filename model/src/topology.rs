@@ -10,7 +10,7 @@
 //! read plan, and may owe notify-only messages to covered ranks it does not read (MLA).
 
 use crate::config::{
-    Attention, Config, Connector, ExpectedCount, MlaNotify, PcpLayout, StageOutput,
+    Attention, Config, Connector, ExpectedCount, FailedStep, MlaNotify, PcpLayout, StageOutput,
 };
 use kvcc_aggregator::Rank;
 
@@ -61,6 +61,9 @@ pub struct Topology {
     /// Whether a transfer rank arms a lease when the send metadata arrives
     /// (`producer.lease`): traces say "lease armed" only then.
     pub leases: bool,
+    /// What follows a worker's raising step (`scheduler.failed-step`): traces say whether
+    /// its reports were dropped or kept.
+    pub failed_step: FailedStep,
 }
 
 impl Topology {
@@ -184,6 +187,7 @@ impl Topology {
             prefill_expected,
             prefill_announced,
             leases: config.producer.lease,
+            failed_step: config.scheduler.failed_step,
             decode_expected,
         }
     }

@@ -289,13 +289,31 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "decode-stepping",
         &["", "\"keep-stepping\"", "\"idle\""],
     ),
+    (
+        "scheduler",
+        "failed-step",
+        &[
+            "\"fail-stop\"",
+            "\"retry-drops-reports\"",
+            "\"retry-keeps-reports\"",
+        ],
+    ),
     ("faults", "client-abort", &["false", "true"]),
     ("faults", "lost-notification", &["false", "true"]),
     ("faults", "decoder-never-reads", &["false", "true"]),
     ("faults", "late-read-after-lease", &["false", "true"]),
     ("faults", "handshake-failure", &["false", "true"]),
     ("faults", "transfer-error", &["false", "true"]),
-    ("faults", "missing-output-rank", &["false", "true"]),
+    (
+        "faults",
+        "missing-output-rank",
+        &["false", "true", "\"prefill\"", "\"decode\""],
+    ),
+    (
+        "faults",
+        "worker-step-raises",
+        &["false", "true", "\"prefill\"", "\"decode\""],
+    ),
 ];
 
 /// A random spec with every knob in range (the schema's), expecting `holds`.
