@@ -57,6 +57,9 @@ pub enum Fate {
     Cleared,
     /// The output rank's output was missing and the executor dropped the whole step.
     Dropped,
+    /// A worker raised in the step, and the retry dropped the finished ids the workers
+    /// had handed over (`scheduler.failed-step = "retry-drops-reports"`).
+    Raised,
 }
 
 /// One report made at an engine step.
@@ -72,24 +75,37 @@ pub struct Made {
 pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
     let t = after.topology();
     let mut made = Vec::new();
-    let reached_unless = |lost: bool| if lost { Fate::Dropped } else { Fate::Reached };
+    let (lost, raised) = match *action {
+        Action::PrefillEngineSteps {
+            output_lost,
+            raised,
+            ..
+        }
+        | Action::DecodeEngineSteps {
+            output_lost,
+            raised,
+        } => (output_lost, raised),
+        _ => (false, false),
+    };
+    let fate = if raised {
+        Fate::Raised
+    } else if lost {
+        Fate::Dropped
+    } else {
+        Fate::Reached
+    };
     for r in 0..after.request_count() as RequestId {
         match *action {
-            Action::PrefillEngineSteps {
-                output_lost,
-                raised,
-                ..
-            } => {
-                let output_lost = output_lost || raised;
+            Action::PrefillEngineSteps { .. } => {
                 for rank in 0..t.prefill_world {
                     let (b, a) = (before.prefill_cell(rank, r), after.prefill_cell(rank, r));
-                    let fate = match (b.send, a.send) {
+                    let sent = match (b.send, a.send) {
                         (SendPhase::Reported, _) | (SendPhase::Cleared, _) => None,
-                        (_, SendPhase::Reported) => Some(reached_unless(output_lost)),
+                        (_, SendPhase::Reported) => Some(fate),
                         (_, SendPhase::Cleared) => Some(Fate::Cleared),
                         _ => None,
                     };
-                    if let Some(fate) = fate {
+                    if let Some(fate) = sent {
                         made.push(Made {
                             rank,
                             request: r,
@@ -102,16 +118,12 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
                             rank,
                             request: r,
                             report: Report::Loaded,
-                            fate: reached_unless(output_lost),
+                            fate,
                         });
                     }
                 }
             }
-            Action::DecodeEngineSteps {
-                output_lost,
-                raised,
-            } => {
-                let output_lost = output_lost || raised;
+            Action::DecodeEngineSteps { .. } => {
                 for rank in 0..t.decode_world {
                     if let (DecodeCell::Done { failed }, DecodeCell::Reported) =
                         (before.decode_cell(rank, r), after.decode_cell(rank, r))
@@ -120,7 +132,7 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
                             rank,
                             request: r,
                             report: Report::Received { failed },
-                            fate: reached_unless(output_lost),
+                            fate,
                         });
                     }
                 }
@@ -251,6 +263,7 @@ fn fate_words(fate: Fate) -> &'static str {
         Fate::Reached => "",
         Fate::Cleared => ", CLEARED by the connector (never reaches the aggregator)",
         Fate::Dropped => ", LOST with the dropped step",
+        Fate::Raised => ", LOST with the failed step",
     }
 }
 
@@ -767,6 +780,10 @@ fn report_event(from: Party, to: Party, m: Made) -> Event {
         ),
         Fate::Dropped => format!(
             "{}, LOST with the dropped step",
+            report_words(m.report, m.request)
+        ),
+        Fate::Raised => format!(
+            "{}, LOST with the failed step",
             report_words(m.report, m.request)
         ),
     };
