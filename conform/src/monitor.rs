@@ -32,9 +32,9 @@ use kvcc_model::properties::{
     ABORTED_LOADER_NEVER_FREED, COUNTDOWN_LEFT_OPEN, COUNTDOWN_REOPENED,
     DELAY_FREED_REQUEST_NEVER_FREED, DUPLICATE_REPORT, EMITTED_FOR_UNKNOWN_REQUEST, EMITTED_TWICE,
     FAILURE_LEFT_PENDING, LOADER_NEVER_WOKEN, LOAD_EMITTED_BEFORE_WORKERS_DONE,
-    PREFILL_LOAD_NEVER_COMPLETES, RECV_EMITTED_BEFORE_DECODERS_DONE, REPORT_AFTER_EMISSION,
-    REPORT_BEYOND_EXPECTED, SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE, SEND_WITHOUT_DELAYED_FREE,
-    UNANNOUNCED_REPORT,
+    NONE_OUTPUT_AT_NON_OUTPUT_RANK, PREFILL_LOAD_NEVER_COMPLETES,
+    RECV_EMITTED_BEFORE_DECODERS_DONE, REPORT_AFTER_EMISSION, REPORT_BEYOND_EXPECTED,
+    SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE, SEND_WITHOUT_DELAYED_FREE, UNANNOUNCED_REPORT,
 };
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -59,18 +59,16 @@ pub struct Finding {
     pub message: String,
 }
 
-/// The properties conform monitors, in the model's order, then conform's own:
-/// `engine-survives` is about the recorded input itself (an output vLLM cannot take),
-/// which the model never produces.
+/// The properties conform monitors, in the model's order.
 pub const PROPERTIES: [&str; 8] = [
     "quorum-sound",
     "exactly-once",
     "report-provenance",
     "count-conserved",
+    "engine-survives",
     "eventually-freed",
     "eventually-woken",
     "aggregator-drains",
-    "engine-survives",
 ];
 
 /// Where the scheduler has a request, from its events.
@@ -404,8 +402,8 @@ impl Monitor {
                     line: *line,
                 });
                 self.record(Finding {
-                    property: "engine-survives",
-                    clause: "none-output-at-non-output-rank",
+                    property: NONE_OUTPUT_AT_NON_OUTPUT_RANK.property,
+                    clause: NONE_OUTPUT_AT_NON_OUTPUT_RANK.clause,
                     request: String::new(),
                     direction: None,
                     step: Some(step),

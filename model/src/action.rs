@@ -22,14 +22,17 @@ pub enum Action {
     /// A P worker finishes loading its own copy of a request's KV.
     PrefillWorkerLoads { rank: Rank, request: RequestId },
     /// A P engine step: metadata reaches the workers, their outputs are aggregated, the
-    /// scheduler frees what is emitted. Faults: the output rank's output is lost;
-    /// the output rank announces a new `expected_finished_count`. Under MultiConnector,
-    /// the offloading stores the workers' poll finds completed (see [`crate::offload`]).
+    /// scheduler frees what is emitted. Faults: the output rank's output is lost; a
+    /// worker raises (`raised`: what follows is `scheduler.failed-step`). The output rank
+    /// may announce a new `expected_finished_count`. Under MultiConnector, the offloading
+    /// stores the workers' poll finds completed (see [`crate::offload`]).
     PrefillEngineSteps {
         output_lost: bool,
         announces_count: bool,
         #[serde(default, skip_serializing_if = "StoresDone::is_empty")]
         stores_done: StoresDone,
+        #[serde(default, skip_serializing_if = "is_false")]
+        raised: bool,
     },
     /// A P rank's lease on a request expires: it reports the request as sent.
     LeaseExpires { rank: Rank, request: RequestId },
@@ -55,8 +58,17 @@ pub enum Action {
     /// A read handle fails mid-transfer.
     ReadFails { handle: u16, request: RequestId },
     /// A D engine step: metadata reaches the workers, their outputs are aggregated, the
-    /// scheduler wakes what is emitted. Fault: the output rank's output is lost.
-    DecodeEngineSteps { output_lost: bool },
+    /// scheduler wakes what is emitted. Faults: the output rank's output is lost; a worker
+    /// raises.
+    DecodeEngineSteps {
+        output_lost: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        raised: bool,
+    },
     /// The client aborts a request (both schedulers hear of it).
     ClientAborts { request: RequestId },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }

@@ -62,6 +62,26 @@ pub struct Prefill {
     /// loads): every worker loads its own copy and reports `finished_recving`.
     #[serde(default)]
     pub loads_kv: bool,
+    /// What a rank of a pipeline stage before the last returns each step (only with
+    /// `pp` > 1): its connector part in an otherwise empty output, or nothing at all.
+    #[serde(default)]
+    pub pp_stage_output: StageOutput,
+}
+
+/// What a worker outside the last pipeline stage returns from a step when a KV connector
+/// is configured (vllm/v1/worker/gpu_model_runner.py, `sample_tokens`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StageOutput {
+    /// An empty model-runner output that carries the rank's KV-connector output, so the
+    /// aggregator counts its reports: current vLLM (PR #28768 restored it, after
+    /// #26866's async-scheduling refactor lost it).
+    #[default]
+    ConnectorOutput,
+    /// No output (`None`): #26866's regression, fixed by #28768. vLLM's aggregator asserts
+    /// that every worker other than the output rank handed it an output, so the first P
+    /// step with PP kills the engine (vllm-ascend #4973 hit the same assert).
+    None,
 }
 
 fn one_u16() -> u16 {
@@ -240,6 +260,30 @@ pub struct Scheduler {
     pub prefill_stepping: Option<Stepping>,
     /// D's engine alone.
     pub decode_stepping: Option<Stepping>,
+    /// What an engine does after a worker's step raises (`faults.worker-step-raises`).
+    pub failed_step: FailedStep,
+}
+
+/// After a worker raises in `execute_model`: vLLM's executor turns the first failed reply
+/// into an error before the step's outputs reach the aggregator
+/// (vllm/v1/executor/multiproc_executor.py), while each worker's connector has already
+/// handed over the ids it found finished (kv_connector_model_runner_mixin.py asks for
+/// them even when the forward raises).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailedStep {
+    /// The engine dies (EngineDeadError): current vLLM is fail-stop (RFC #27866), so a
+    /// raising step is not a completion path and `faults.worker-step-raises` needs one
+    /// of the retry behaviours.
+    #[default]
+    FailStop,
+    /// The step is retried and the failed step's finished ids are gone: the workers never
+    /// report them again, so their requests wait for ever (the leak vLLM PR #56430, fault
+    /// tolerance for P/D, was reviewed for).
+    RetryDropsReports,
+    /// The step is retried and the failed step's finished ids are kept and handed to the
+    /// aggregator with the retry (#56430's pending-finished set).
+    RetryKeepsReports,
 }
 
 impl Scheduler {
@@ -262,6 +306,7 @@ impl Default for Scheduler {
             stepping: Stepping::KeepStepping,
             prefill_stepping: None,
             decode_stepping: None,
+            failed_step: FailedStep::FailStop,
         }
     }
 }
@@ -315,9 +360,74 @@ pub struct Faults {
     /// One read handle fails mid-transfer.
     #[serde(default)]
     pub transfer_error: bool,
-    /// One engine step loses the output rank's output (once per engine).
+    /// One engine step loses the output rank's output (once per engine it targets).
     #[serde(default)]
-    pub missing_output_rank: bool,
+    pub missing_output_rank: EngineFault,
+    /// One engine step in which a worker's `execute_model` raises (once per engine it
+    /// targets); what follows is `scheduler.failed-step`.
+    #[serde(default)]
+    pub worker_step_raises: EngineFault,
+}
+
+/// Which engines a one-shot engine fault may hit: `true` both, `false` none, or
+/// `"prefill"` / `"decode"` one of them (real bugs hit one side).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "EngineFaultSpelling", into = "EngineFaultSpelling")]
+pub enum EngineFault {
+    #[default]
+    Off,
+    Both,
+    Prefill,
+    Decode,
+}
+
+impl EngineFault {
+    /// Does the fault target P's engine (`prefill`) or D's?
+    pub fn hits(self, prefill: bool) -> bool {
+        match self {
+            EngineFault::Off => false,
+            EngineFault::Both => true,
+            EngineFault::Prefill => prefill,
+            EngineFault::Decode => !prefill,
+        }
+    }
+}
+
+/// How a spec writes an [`EngineFault`].
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(untagged)]
+enum EngineFaultSpelling {
+    Flag(bool),
+    Engine(EngineName),
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum EngineName {
+    Prefill,
+    Decode,
+}
+
+impl From<EngineFaultSpelling> for EngineFault {
+    fn from(spelling: EngineFaultSpelling) -> Self {
+        match spelling {
+            EngineFaultSpelling::Flag(false) => EngineFault::Off,
+            EngineFaultSpelling::Flag(true) => EngineFault::Both,
+            EngineFaultSpelling::Engine(EngineName::Prefill) => EngineFault::Prefill,
+            EngineFaultSpelling::Engine(EngineName::Decode) => EngineFault::Decode,
+        }
+    }
+}
+
+impl From<EngineFault> for EngineFaultSpelling {
+    fn from(fault: EngineFault) -> Self {
+        match fault {
+            EngineFault::Off => EngineFaultSpelling::Flag(false),
+            EngineFault::Both => EngineFaultSpelling::Flag(true),
+            EngineFault::Prefill => EngineFaultSpelling::Engine(EngineName::Prefill),
+            EngineFault::Decode => EngineFaultSpelling::Engine(EngineName::Decode),
+        }
+    }
 }
 
 /// A topology or behaviour combination that cannot exist.
@@ -408,6 +518,14 @@ impl Config {
                 format!("must be 1 or 2, got {}", self.max_concurrent_batches),
             );
         }
+        if self.faults.worker_step_raises != EngineFault::Off
+            && self.scheduler.failed_step == FailedStep::FailStop
+        {
+            return err(
+                "faults.worker-step-raises",
+                "with scheduler.failed-step = \"fail-stop\" (vLLM's default) a raising step kills the engine, which is no completion path to check; set scheduler.failed-step to \"retry-drops-reports\" or \"retry-keeps-reports\"".into(),
+            );
+        }
         for (field, count) in [
             ("expected-count", Some(self.expected_count)),
             ("announced-count", self.announced_count),
@@ -437,6 +555,7 @@ pub(crate) mod tests {
                 layout: PcpLayout::Replicated,
                 attention: Attention::Dense,
                 loads_kv: false,
+                pp_stage_output: StageOutput::ConnectorOutput,
             },
             decode: Decode { tp: 1 },
             requests: 1,
@@ -468,5 +587,27 @@ pub(crate) mod tests {
         c.requests = 4;
         assert_eq!(c.validate().unwrap_err().field, "requests");
         assert!(base().validate().is_ok());
+    }
+
+    #[test]
+    fn a_raising_step_needs_a_retry_to_be_a_completion_path() {
+        let mut c = base();
+        c.faults.worker_step_raises = EngineFault::Decode;
+        assert_eq!(c.validate().unwrap_err().field, "faults.worker-step-raises");
+        c.scheduler.failed_step = FailedStep::RetryKeepsReports;
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn engine_faults_hit_the_engines_they_name() {
+        let hits = |f: EngineFault| (f.hits(true), f.hits(false));
+        assert_eq!(hits(EngineFault::Off), (false, false));
+        assert_eq!(hits(EngineFault::Both), (true, true));
+        assert_eq!(hits(EngineFault::Prefill), (true, false));
+        assert_eq!(hits(EngineFault::Decode), (false, true));
+        let spelled: Faults =
+            toml::from_str("missing-output-rank = \"decode\"\nworker-step-raises = true").unwrap();
+        assert_eq!(spelled.missing_output_rank, EngineFault::Decode);
+        assert_eq!(spelled.worker_step_raises, EngineFault::Both);
     }
 }

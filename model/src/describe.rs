@@ -6,6 +6,7 @@
 //! states.
 
 use crate::action::Action;
+use crate::config::FailedStep;
 use crate::offload::StoresDone;
 use crate::state::{
     DecodeCell, HandlePhase, LoadPhase, Metadata, PrefillPhase, SendPhase, State, StorePhase,
@@ -28,6 +29,7 @@ pub fn action(t: &Topology, action: &Action) -> String {
             output_lost,
             announces_count,
             stores_done,
+            raised,
         } => {
             let mut line = "P engine step".to_string();
             if !stores_done.is_empty() {
@@ -38,12 +40,16 @@ pub fn action(t: &Topology, action: &Action) -> String {
             }
             if announces_count {
                 line += &format!(
-                    " [rank 0 announces expected_finished_count={}]",
+                    " [rank {} announces expected_finished_count={}]",
+                    t.prefill_output_rank,
                     t.prefill_announced.unwrap_or(0)
                 );
             }
             if output_lost {
                 line += " [FAULT: output rank's output missing, step dropped]";
+            }
+            if raised {
+                line += raised_words(t);
             }
             line
         }
@@ -84,14 +90,32 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::ReadFails { handle, request } => {
             format!("{}: read of req{request} FAILS [FAULT]", read(t, handle))
         }
-        Action::DecodeEngineSteps { output_lost } => {
+        Action::DecodeEngineSteps {
+            output_lost,
+            raised,
+        } => {
             let mut line = "D engine step".to_string();
             if output_lost {
                 line += " [FAULT: output rank's output missing, step dropped]";
             }
+            if raised {
+                line += raised_words(t);
+            }
             line
         }
         Action::ClientAborts { request: r } => format!("[FAULT] client aborts req{r}"),
+    }
+}
+
+/// What a step in which a worker raised did, by `scheduler.failed-step`.
+fn raised_words(t: &Topology) -> &'static str {
+    match t.failed_step {
+        FailedStep::RetryDropsReports => {
+            " [FAULT: a worker raises; the step is retried, the finished ids the workers handed over are dropped]"
+        }
+        FailedStep::RetryKeepsReports | FailedStep::FailStop => {
+            " [FAULT: a worker raises; the step is retried, its finished ids kept for the retry]"
+        }
     }
 }
 
@@ -369,7 +393,7 @@ fn metadata(meta: Metadata) -> String {
 
 /// The contract breaches in `incidents`, named (a set: `-` when empty).
 pub fn incidents(incidents: Incidents) -> Value {
-    const NAMES: [(u16, &str); 11] = [
+    const NAMES: [(u16, &str); 12] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
             "finished_sending for unknown request",
@@ -398,6 +422,10 @@ pub fn incidents(incidents: Incidents) -> Value {
         (
             Incidents::LOAD_FOR_UNKNOWN,
             "P load emitted for unknown request",
+        ),
+        (
+            Incidents::NONE_OUTPUT,
+            "a rank before the last pipeline stage returned no output (None): the aggregator asserts, the engine dies",
         ),
     ];
     Value::Set(

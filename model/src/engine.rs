@@ -2,7 +2,7 @@
 //! worker returns its completion sets, the executor hands all of them to the aggregator
 //! in rank order, and the scheduler acts on what the aggregator emits.
 
-use crate::config::{AggregatorPolicy, Config};
+use crate::config::{AggregatorPolicy, Config, StageOutput};
 use crate::offload::{self, StoresDone};
 use crate::state::{
     DecodeCell, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
@@ -10,8 +10,9 @@ use crate::state::{
 use crate::{decoder, rank, scheduler};
 use kvcc_aggregator::{Direction, StepOutcome, ViolationKind, WorkerOutput};
 
-/// The output rank: its output carries the aggregated result back to the scheduler.
-pub const OUTPUT_RANK: u16 = 0;
+/// D's output rank: its output carries the aggregated result back to the scheduler. (P's
+/// is [`crate::topology::Topology::prefill_output_rank`], in its last pipeline stage.)
+pub const DECODE_OUTPUT_RANK: u16 = 0;
 
 /// Advances metadata by one step; returns the requests whose metadata arrives now.
 fn advance(meta: &mut Metadata) -> bool {
@@ -50,6 +51,7 @@ pub fn prefill_step(
     }
     offload::complete(state, stores_done);
 
+    let output_rank = state.topology().prefill_output_rank;
     let mut outputs = Vec::new();
     for worker in 0..state.topology().prefill_world {
         let mut output = WorkerOutput::empty(worker);
@@ -80,20 +82,25 @@ pub fn prefill_step(
                 state.incidents.set(Incidents::SEND_WITHOUT_DELAY);
             }
         }
-        if worker == OUTPUT_RANK && announce {
+        if worker == output_rank && announce {
             output.expected_finished_count = state.topology().prefill_announced.unwrap_or(0);
         }
-        if !(worker == OUTPUT_RANK && output_lost) {
+        // A stage before the last that returns nothing hands the aggregator a None, on
+        // which vLLM's aggregator asserts: the engine dies (and its reports are gone).
+        let none = config.prefill.pp_stage_output == StageOutput::None
+            && state.topology().before_last_stage(worker);
+        if none {
+            state.incidents.set(Incidents::NONE_OUTPUT);
+        }
+        let dropped = none || (worker == output_rank && output_lost);
+        if !dropped {
             outputs.push(output);
         }
-    }
-    if output_lost {
-        state.once |= State::ONCE_PREFILL_OUTPUT_LOST;
     }
     if announce {
         state.once |= State::ONCE_COUNT_ANNOUNCED;
     }
-    let outcome = aggregate(config, state, &outputs, Engine::Prefill);
+    let outcome = aggregate(config, state, &outputs, Engine::Prefill, output_rank);
     scheduler::on_prefill_outcome(state, &outcome);
     outputs
 }
@@ -123,14 +130,11 @@ pub fn decode_step(
                 }
             }
         }
-        if !(worker == OUTPUT_RANK && output_lost) {
+        if !(worker == DECODE_OUTPUT_RANK && output_lost) {
             outputs.push(output);
         }
     }
-    if output_lost {
-        state.once |= State::ONCE_DECODE_OUTPUT_LOST;
-    }
-    let outcome = aggregate(config, state, &outputs, Engine::Decode);
+    let outcome = aggregate(config, state, &outputs, Engine::Decode, DECODE_OUTPUT_RANK);
     scheduler::on_decode_outcome(state, &outcome);
     outputs
 }
@@ -148,8 +152,9 @@ fn aggregate(
     state: &mut State,
     outputs: &[WorkerOutput<RequestId>],
     engine: Engine,
+    output_rank: u16,
 ) -> StepOutcome<RequestId> {
-    let output_present = outputs.iter().any(|o| o.rank == OUTPUT_RANK);
+    let output_present = outputs.iter().any(|o| o.rank == output_rank);
     if config.policy == AggregatorPolicy::Countdown
         && output_present
         && overflows(state, outputs, engine)
@@ -160,7 +165,7 @@ fn aggregate(
         Engine::Prefill => state.prefill_aggregator_mut(),
         Engine::Decode => state.decode_aggregator_mut(),
     };
-    let outcome = aggregator.aggregate(outputs, OUTPUT_RANK);
+    let outcome = aggregator.aggregate(outputs, output_rank);
     for violation in &outcome.violations {
         state.incidents.set(match violation.kind {
             ViolationKind::DuplicateReport => Incidents::STRICT_DUPLICATE,

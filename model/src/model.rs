@@ -9,8 +9,8 @@
 //! property), which keeps the state graph acyclic.
 
 pub use crate::action::Action;
-use crate::config::{Config, PrefixHit};
-use crate::offload;
+use crate::config::{Config, FailedStep, PrefixHit};
+use crate::offload::{self, StoresDone};
 use crate::properties::{Kind, CLAUSES};
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
@@ -194,7 +194,8 @@ impl ContractModel {
                 .map_err(|count| count.saturating_mul(4))?;
             let lost = [
                 false,
-                faults.missing_output_rank && state.once & State::ONCE_PREFILL_OUTPUT_LOST == 0,
+                faults.missing_output_rank.hits(true)
+                    && state.once & State::ONCE_PREFILL_OUTPUT_LOST == 0,
             ];
             let announce = [
                 false,
@@ -217,15 +218,46 @@ impl ContractModel {
                             output_lost,
                             announces_count,
                             stores_done,
+                            raised: false,
                         });
                     }
                 }
             }
         }
+        // A step in which a worker raises: one variant, whatever else the step would
+        // have done (no stores, no announcement), since its outputs never reach the
+        // aggregator.
+        let raises = |prefill: bool, bit: u8| {
+            faults.worker_step_raises.hits(prefill)
+                && c.scheduler.failed_step != FailedStep::FailStop
+                && state.once & bit == 0
+        };
+        if scheduler::prefill_steps(c, state) && raises(true, State::ONCE_PREFILL_STEP_RAISED) {
+            actions.push(Action::PrefillEngineSteps {
+                output_lost: false,
+                announces_count: false,
+                stores_done: StoresDone::default(),
+                raised: true,
+            });
+        }
         if scheduler::decode_steps(c, state) {
-            actions.push(Action::DecodeEngineSteps { output_lost: false });
-            if faults.missing_output_rank && state.once & State::ONCE_DECODE_OUTPUT_LOST == 0 {
-                actions.push(Action::DecodeEngineSteps { output_lost: true });
+            actions.push(Action::DecodeEngineSteps {
+                output_lost: false,
+                raised: false,
+            });
+            if faults.missing_output_rank.hits(false)
+                && state.once & State::ONCE_DECODE_OUTPUT_LOST == 0
+            {
+                actions.push(Action::DecodeEngineSteps {
+                    output_lost: true,
+                    raised: false,
+                });
+            }
+            if raises(false, State::ONCE_DECODE_STEP_RAISED) {
+                actions.push(Action::DecodeEngineSteps {
+                    output_lost: false,
+                    raised: true,
+                });
             }
         }
         Ok(())
@@ -247,11 +279,24 @@ impl ContractModel {
             Action::PrefillWorkerLoads { rank, request } => {
                 next.prefill_cell_mut(rank, request).load = LoadPhase::Done
             }
+            Action::PrefillEngineSteps { raised: true, .. } => {
+                next.once |= State::ONCE_PREFILL_STEP_RAISED;
+                // Dropped: the workers handed their finished ids over and the executor
+                // threw the outputs away, so the aggregator (and a recorder at its door)
+                // sees no step. Kept: the retry carries them, as if the step had waited.
+                if c.scheduler.failed_step == FailedStep::RetryDropsReports {
+                    engine::prefill_step(c, &mut next, true, false, StoresDone::default());
+                }
+            }
             Action::PrefillEngineSteps {
                 output_lost,
                 announces_count,
                 stores_done,
+                raised: false,
             } => {
+                if output_lost {
+                    next.once |= State::ONCE_PREFILL_OUTPUT_LOST;
+                }
                 observation.prefill_outputs = Some(engine::prefill_step(
                     c,
                     &mut next,
@@ -289,7 +334,19 @@ impl ContractModel {
             Action::ReadFails { handle, request } => {
                 decoder::fail_read(c, &mut next, usize::from(handle), request)
             }
-            Action::DecodeEngineSteps { output_lost } => {
+            Action::DecodeEngineSteps { raised: true, .. } => {
+                next.once |= State::ONCE_DECODE_STEP_RAISED;
+                if c.scheduler.failed_step == FailedStep::RetryDropsReports {
+                    engine::decode_step(c, &mut next, true);
+                }
+            }
+            Action::DecodeEngineSteps {
+                output_lost,
+                raised: false,
+            } => {
+                if output_lost {
+                    next.once |= State::ONCE_DECODE_OUTPUT_LOST;
+                }
                 observation.decode_outputs = Some(engine::decode_step(c, &mut next, output_lost))
             }
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
@@ -316,8 +373,15 @@ impl ContractModel {
             Action::HandshakeCompletes { ok, .. } => !ok,
             // A newly announced count is a behaviour the spec enables (`announced-count`),
             // not an injected fault.
-            Action::PrefillEngineSteps { output_lost, .. } => output_lost,
-            Action::DecodeEngineSteps { output_lost } => output_lost,
+            Action::PrefillEngineSteps {
+                output_lost,
+                raised,
+                ..
+            }
+            | Action::DecodeEngineSteps {
+                output_lost,
+                raised,
+            } => output_lost || raised,
             Action::PrefillFinishes { .. }
             | Action::PrefillWorkerLoads { .. }
             | Action::LeaseExpires { .. }
@@ -340,13 +404,17 @@ impl ContractModel {
                 mark(next, request, bits);
                 return;
             }
-            // A lost engine output may have carried any request's report.
+            // A lost engine output, or a failed step, may have carried any request's
+            // report.
             Action::PrefillEngineSteps {
-                output_lost: true, ..
+                output_lost,
+                raised,
+                ..
             }
-            | Action::DecodeEngineSteps { output_lost: true } => {
-                (0..next.request_count() as RequestId).collect()
-            }
+            | Action::DecodeEngineSteps {
+                output_lost,
+                raised,
+            } if output_lost || raised => (0..next.request_count() as RequestId).collect(),
             Action::ClientAborts { request }
             | Action::DecoderCrashes { request }
             | Action::ReadFails { request, .. }

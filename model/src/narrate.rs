@@ -57,6 +57,9 @@ pub enum Fate {
     Cleared,
     /// The output rank's output was missing and the executor dropped the whole step.
     Dropped,
+    /// A worker raised in the step, and the retry dropped the finished ids the workers
+    /// had handed over (`scheduler.failed-step = "retry-drops-reports"`).
+    Raised,
 }
 
 /// One report made at an engine step.
@@ -72,19 +75,37 @@ pub struct Made {
 pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
     let t = after.topology();
     let mut made = Vec::new();
-    let reached_unless = |lost: bool| if lost { Fate::Dropped } else { Fate::Reached };
+    let (lost, raised) = match *action {
+        Action::PrefillEngineSteps {
+            output_lost,
+            raised,
+            ..
+        }
+        | Action::DecodeEngineSteps {
+            output_lost,
+            raised,
+        } => (output_lost, raised),
+        _ => (false, false),
+    };
+    let fate = if raised {
+        Fate::Raised
+    } else if lost {
+        Fate::Dropped
+    } else {
+        Fate::Reached
+    };
     for r in 0..after.request_count() as RequestId {
         match *action {
-            Action::PrefillEngineSteps { output_lost, .. } => {
+            Action::PrefillEngineSteps { .. } => {
                 for rank in 0..t.prefill_world {
                     let (b, a) = (before.prefill_cell(rank, r), after.prefill_cell(rank, r));
-                    let fate = match (b.send, a.send) {
+                    let sent = match (b.send, a.send) {
                         (SendPhase::Reported, _) | (SendPhase::Cleared, _) => None,
-                        (_, SendPhase::Reported) => Some(reached_unless(output_lost)),
+                        (_, SendPhase::Reported) => Some(fate),
                         (_, SendPhase::Cleared) => Some(Fate::Cleared),
                         _ => None,
                     };
-                    if let Some(fate) = fate {
+                    if let Some(fate) = sent {
                         made.push(Made {
                             rank,
                             request: r,
@@ -97,12 +118,12 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
                             rank,
                             request: r,
                             report: Report::Loaded,
-                            fate: reached_unless(output_lost),
+                            fate,
                         });
                     }
                 }
             }
-            Action::DecodeEngineSteps { output_lost } => {
+            Action::DecodeEngineSteps { .. } => {
                 for rank in 0..t.decode_world {
                     if let (DecodeCell::Done { failed }, DecodeCell::Reported) =
                         (before.decode_cell(rank, r), after.decode_cell(rank, r))
@@ -111,7 +132,7 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
                             rank,
                             request: r,
                             report: Report::Received { failed },
-                            fate: reached_unless(output_lost),
+                            fate,
                         });
                     }
                 }
@@ -242,6 +263,7 @@ fn fate_words(fate: Fate) -> &'static str {
         Fate::Reached => "",
         Fate::Cleared => ", CLEARED by the connector (never reaches the aggregator)",
         Fate::Dropped => ", LOST with the dropped step",
+        Fate::Raised => ", LOST with the failed step",
     }
 }
 
@@ -705,6 +727,7 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             output_lost,
             announces_count,
             stores_done,
+            raised,
         } => {
             for m in reports(action, before, after) {
                 events.push(report_event(PrefillRank(m.rank), PrefillAggregator, m));
@@ -719,9 +742,15 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             if output_lost {
                 label += " [FAULT output lost, step dropped]";
             }
+            if raised {
+                label += " [FAULT a worker raised, step retried]";
+            }
             events.push(message(PrefillAggregator, PrefillScheduler, label, false));
         }
-        Action::DecodeEngineSteps { output_lost } => {
+        Action::DecodeEngineSteps {
+            output_lost,
+            raised,
+        } => {
             for (d, r, sources, handshake) in posted(t, before, after) {
                 events.push(note(DecodeRank(d), posted_words(r, &sources, handshake)));
             }
@@ -731,6 +760,9 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             let mut label = step_summary(false, before, after);
             if output_lost {
                 label += " [FAULT output lost, step dropped]";
+            }
+            if raised {
+                label += " [FAULT a worker raised, step retried]";
             }
             events.push(message(DecodeAggregator, DecodeScheduler, label, false));
         }
@@ -748,6 +780,10 @@ fn report_event(from: Party, to: Party, m: Made) -> Event {
         ),
         Fate::Dropped => format!(
             "{}, LOST with the dropped step",
+            report_words(m.report, m.request)
+        ),
+        Fate::Raised => format!(
+            "{}, LOST with the failed step",
             report_words(m.report, m.request)
         ),
     };
@@ -799,7 +835,10 @@ mod tests {
                 request: 0,
                 prefix_hit: false,
             },
-            Action::DecodeEngineSteps { output_lost: false },
+            Action::DecodeEngineSteps {
+                output_lost: false,
+                raised: false,
+            },
             Action::ReadCompletes {
                 handle: 0,
                 request: 0,
@@ -809,6 +848,7 @@ mod tests {
                 output_lost: false,
                 announces_count: false,
                 stores_done: Default::default(),
+                raised: false,
             },
         ]
     }
@@ -860,6 +900,7 @@ mod tests {
             output_lost,
             announces_count: false,
             stores_done: Default::default(),
+            raised: false,
         }
     }
 
@@ -882,7 +923,10 @@ mod tests {
                 request: 0,
                 prefix_hit: false,
             },
-            Action::DecodeEngineSteps { output_lost: false },
+            Action::DecodeEngineSteps {
+                output_lost: false,
+                raised: false,
+            },
             read,
         ];
         let (line, events) = last_step(&model, &actions);
@@ -968,12 +1012,16 @@ mod tests {
                 request: 0,
                 notification_lost: on,
             });
-            actions.push(Action::DecodeEngineSteps { output_lost: on });
+            actions.push(Action::DecodeEngineSteps {
+                output_lost: on,
+                raised: false,
+            });
             for announces_count in [false, true] {
                 actions.push(Action::PrefillEngineSteps {
                     output_lost: on,
                     announces_count,
                     stores_done: Default::default(),
+                    raised: false,
                 });
             }
         }
@@ -1002,12 +1050,16 @@ mod tests {
                 output_lost: false,
                 announces_count: false,
                 stores_done: Default::default(),
+                raised: false,
             },
             Action::DecodeAdmits {
                 request: 0,
                 prefix_hit: false,
             },
-            Action::DecodeEngineSteps { output_lost: false },
+            Action::DecodeEngineSteps {
+                output_lost: false,
+                raised: false,
+            },
             Action::ReadCompletes {
                 handle: 0,
                 request: 0,

@@ -32,7 +32,7 @@ pub struct Clause {
     pub holds: fn(&Config, &State) -> bool,
 }
 
-pub const PROPERTIES: [&str; 10] = [
+pub const PROPERTIES: [&str; 11] = [
     "no-free-under-rdma",
     "quorum-sound",
     "exactly-once",
@@ -40,6 +40,7 @@ pub const PROPERTIES: [&str; 10] = [
     "recv-after-stable",
     "count-conserved",
     "lease-rescues-faults-only",
+    "engine-survives",
     "eventually-freed",
     "eventually-woken",
     "aggregator-drains",
@@ -188,6 +189,7 @@ incident_free!(no_duplicate_report, Incidents::STRICT_DUPLICATE);
 incident_free!(no_report_after_emission, Incidents::STRICT_AFTER_EMISSION);
 incident_free!(no_report_beyond_expected, Incidents::STRICT_BEYOND_EXPECTED);
 incident_free!(no_free_by_lease_alone, Incidents::FREED_BY_LEASE_ALONE);
+incident_free!(no_none_output, Incidents::NONE_OUTPUT);
 
 /// The clauses, each defined once: its property, name, kind, meaning and rule. Code
 /// that names a clause (conform's monitors, reports) uses these constants.
@@ -300,6 +302,13 @@ pub const REPORT_BEYOND_EXPECTED: Clause = Clause {
 // decoder); a request that P frees only by its lease in a run where no fault touched
 // it shows a happy path that never completes, which eventually-freed alone accepts.
 pub const FREED_ONLY_BY_LEASE_EXPIRY: Clause = Clause { property: "lease-rescues-faults-only", clause: "freed-only-by-lease-expiry", kind: Kind::Safety, meaning: "P freed a request's blocks only because a lease expired, though no injected fault touched the request", holds: no_free_by_lease_alone };
+pub const NONE_OUTPUT_AT_NON_OUTPUT_RANK: Clause = Clause {
+    property: "engine-survives",
+    clause: "none-output-at-non-output-rank",
+    kind: Kind::Safety,
+    meaning: "a worker other than the output rank handed the aggregator no output (None); vLLM's aggregator asserts on it and the engine dies",
+    holds: no_none_output,
+};
 pub const DELAY_FREED_REQUEST_NEVER_FREED: Clause = Clause {
     property: "eventually-freed",
     clause: "delay-freed-request-never-freed",
@@ -363,6 +372,7 @@ pub const CLAUSES: &[Clause] = &[
     COUNTDOWN_REOPENED,
     REPORT_BEYOND_EXPECTED,
     FREED_ONLY_BY_LEASE_EXPIRY,
+    NONE_OUTPUT_AT_NON_OUTPUT_RANK,
     DELAY_FREED_REQUEST_NEVER_FREED,
     LOADER_NEVER_WOKEN,
     ABORTED_LOADER_NEVER_FREED,

@@ -164,6 +164,8 @@ impl Incidents {
     /// P freed a request's blocks only because a lease expired, and no injected fault
     /// touched the request: the happy path never completed, and the lease hid it.
     pub const FREED_BY_LEASE_ALONE: u16 = 1 << 10;
+    /// A worker other than the output rank handed the aggregator no output (`None`).
+    pub const NONE_OUTPUT: u16 = 1 << 11;
 
     pub fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
@@ -254,8 +256,7 @@ pub struct State {
     /// D's aggregator: the real one, shared as P's is.
     pub decode_aggregator: Arc<Aggregator<RequestId>>,
     pub incidents: Incidents,
-    /// One-shot faults and announcements already used: bit 0 P output lost, bit 1 D
-    /// output lost, bit 2 count announced.
+    /// One-shot faults and announcements already used (the `ONCE_` bits).
     pub once: u8,
     pub shape: Shape,
 }
@@ -264,6 +265,8 @@ impl State {
     pub const ONCE_PREFILL_OUTPUT_LOST: u8 = 1;
     pub const ONCE_DECODE_OUTPUT_LOST: u8 = 2;
     pub const ONCE_COUNT_ANNOUNCED: u8 = 4;
+    pub const ONCE_PREFILL_STEP_RAISED: u8 = 8;
+    pub const ONCE_DECODE_STEP_RAISED: u8 = 16;
 
     pub fn request_count(&self) -> usize {
         self.requests.len()

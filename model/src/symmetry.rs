@@ -9,7 +9,8 @@
 //! one request column, independently of the other columns, maps behaviours to behaviours
 //! and keeps every clause; the group is the product of one full permutation group per
 //! column. (The output rank, whose output alone can drop a step or announce a count, is
-//! rank 0: PCP rank 0's, never a replica.)
+//! PCP rank 0's in the last stage, never a replica; a group holds one rank of every stage,
+//! and groups map stage to stage.)
 //!
 //! The representative sorts the transfer groups by their rows and each request column of
 //! the replicas by its cells: sorting is a canonical form for a full permutation group,
@@ -27,9 +28,10 @@ use kvcc_aggregator::{Policy, Rank};
 
 impl State {
     /// Are interchangeable ranks really interchangeable in this state's model? Not under
-    /// `Strict` (module docs).
+    /// `Strict` (module docs), nor when stages before the last return no output: replicas
+    /// of different stages then behave differently.
     pub fn symmetric(&self) -> bool {
-        self.prefill_aggregator.policy() != Policy::Strict
+        self.prefill_aggregator.policy() != Policy::Strict && !self.topology().stages_differ
     }
 
     /// The canonical member of this state's symmetry class.

@@ -1,11 +1,17 @@
 //! Who reads whom: the facts a [`Config`] implies (docs/contracts.md §2, §6, §7).
 //!
-//! P ranks are numbered `pcp_rank * (tp * pp) + pp_rank * tp + tp_rank`. A P rank is a
+//! P ranks are numbered as vLLM lays out its world, pipeline stage outermost:
+//! `pp_rank * (pcp * tp) + pcp_rank * tp + tp_rank`
+//! (vllm/distributed/parallel_state.py). The output rank, whose output carries the step's
+//! result back, is the first rank of the last stage, `world_size - tp * pcp`
+//! (vllm/v1/executor/multiproc_executor.py, `_get_output_rank`). A P rank is a
 //! *transfer rank* when it serves reads: PCP rank 0 under the replicated layout, every
 //! rank under the sharded one. Each D rank has one read handle per transfer rank in its
 //! read plan, and may owe notify-only messages to covered ranks it does not read (MLA).
 
-use crate::config::{Attention, Config, Connector, ExpectedCount, MlaNotify, PcpLayout};
+use crate::config::{
+    Attention, Config, Connector, ExpectedCount, FailedStep, MlaNotify, PcpLayout, StageOutput,
+};
 use kvcc_aggregator::Rank;
 
 /// One D read handle: D rank `decoder` reads a request's blocks from P rank `source`.
@@ -29,6 +35,12 @@ pub struct TransferGroup {
 pub struct Topology {
     pub prefill_world: Rank,
     pub decode_world: Rank,
+    /// P's output rank; ranks from it on form the last pipeline stage. (D has no PP or
+    /// PCP in the model: its output rank is 0.)
+    pub prefill_output_rank: Rank,
+    /// Do ranks of different pipeline stages behave differently (stages before the last
+    /// return no output)? Replicas then span stages that are not interchangeable.
+    pub stages_differ: bool,
     /// Per P rank: does it serve reads?
     pub transfer: Vec<bool>,
     /// Per P rank: notifications it waits for before reporting a send (the
@@ -49,6 +61,9 @@ pub struct Topology {
     /// Whether a transfer rank arms a lease when the send metadata arrives
     /// (`producer.lease`): traces say "lease armed" only then.
     pub leases: bool,
+    /// What follows a worker's raising step (`scheduler.failed-step`): traces say whether
+    /// its reports were dropped or kept.
+    pub failed_step: FailedStep,
 }
 
 impl Topology {
@@ -58,7 +73,7 @@ impl Topology {
         let (tp, pp, pcp) = (p.tp, p.pp, p.pcp);
         let prefill_world = tp * pp * pcp;
         let decode_world = config.decode.tp;
-        let rank = |t: Rank, s: Rank, c: Rank| c * (tp * pp) + s * tp + t;
+        let rank = |t: Rank, s: Rank, c: Rank| s * (pcp * tp) + c * tp + t;
         let serving_pcp: Vec<Rank> = match p.layout {
             PcpLayout::Replicated => vec![0],
             PcpLayout::Sharded => (0..pcp).collect(),
@@ -161,6 +176,8 @@ impl Topology {
         Topology {
             prefill_world,
             decode_world,
+            prefill_output_rank: prefill_world - tp * pcp,
+            stages_differ: pp > 1 && p.pp_stage_output == StageOutput::None,
             transfer,
             expected_consumers,
             handles,
@@ -170,8 +187,14 @@ impl Topology {
             prefill_expected,
             prefill_announced,
             leases: config.producer.lease,
+            failed_step: config.scheduler.failed_step,
             decode_expected,
         }
+    }
+
+    /// Is this P rank in a pipeline stage before the last?
+    pub fn before_last_stage(&self, rank: Rank) -> bool {
+        rank < self.prefill_output_rank
     }
 
     pub fn is_transfer(&self, rank: Rank) -> bool {
@@ -215,6 +238,24 @@ mod tests {
         assert_eq!(t.handles.len(), 2);
         assert_eq!(t.prefill_expected, 8);
         assert_eq!(t.groups.len(), 2);
+    }
+
+    #[test]
+    fn ranks_are_laid_out_as_vllm_does_with_the_output_rank_in_the_last_stage() {
+        let mut c = base();
+        c.prefill.tp = 2;
+        c.prefill.pp = 2;
+        c.prefill.pcp = 2;
+        c.decode.tp = 2;
+        let t = Topology::new(&c);
+        // Stage 0 holds ranks 0-3, stage 1 ranks 4-7; within a stage PCP rank 0's TP
+        // ranks come first and serve reads.
+        assert_eq!(t.prefill_output_rank, 4);
+        assert_eq!(t.replicas, vec![2, 3, 6, 7]);
+        assert_eq!(t.groups[0].prefill_ranks, vec![0, 4]);
+        assert_eq!(t.groups[1].prefill_ranks, vec![1, 5]);
+        assert!((0..4).all(|r| t.before_last_stage(r)));
+        assert!((4..8).all(|r| !t.before_last_stage(r)));
     }
 
     #[test]

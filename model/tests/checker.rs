@@ -6,7 +6,7 @@ mod common;
 
 use common::{fix, regression};
 use kvcc_model::checker::{check, Checkable, Cutoff, Kind, Limits, Options, Verdict};
-use kvcc_model::config::{Connector, FailedHandle};
+use kvcc_model::config::{Connector, EngineFault, FailedHandle};
 use kvcc_model::{Config, ContractModel};
 use stateright::{Checker, Model};
 use std::collections::BTreeSet;
@@ -60,7 +60,7 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     // The same with a lost output-rank output: a leak through the replicas' stores.
     let mut multi_columns_lost = multi_columns.clone();
     multi_columns_lost.faults.lost_notification = false;
-    multi_columns_lost.faults.missing_output_rank = true;
+    multi_columns_lost.faults.missing_output_rank = EngineFault::Both;
     vec![
         ("regression", regression(2, 1)),
         ("fix", fix(2, 1)),

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Kills the explorer however the test ends.
 struct Explorer(Child);
@@ -21,15 +21,20 @@ impl Drop for Explorer {
 
 /// GET `path` from a loopback `addr`; returns (status line, body).
 fn get(addr: &str, path: &str) -> (String, String) {
+    raw(
+        addr,
+        &format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// Sends `request` as it is; returns (status line, body).
+fn raw(addr: &str, request: &str) -> (String, String) {
     let mut stream = TcpStream::connect(addr).expect("explorer accepts connections");
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    // The gate may answer before reading all of an oversized request.
+    let _ = stream.write_all(request.as_bytes());
     let mut response = Vec::new();
     stream
         .read_to_end(&mut response)
@@ -42,16 +47,11 @@ fn get(addr: &str, path: &str) -> (String, String) {
     )
 }
 
-#[test]
-fn explorer_serves_the_page_and_states_over_loopback_http() {
-    // A matrix spec without --point: the first point is explored, and named.
+/// Starts `kvcc explore SPEC` on a free loopback port; returns the explorer, its address
+/// once it answers, and the line it printed.
+fn start(spec: &str) -> (Explorer, String, String) {
     let child = kvcc()
-        .args([
-            "explore",
-            &fixture("seed-59325-matrix.toml"),
-            "--addr",
-            "127.0.0.1:0",
-        ])
+        .args(["explore", spec, "--addr", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -71,26 +71,27 @@ fn explorer_serves_the_page_and_states_over_loopback_http() {
         .split_whitespace()
         .find(|w| w.starts_with("http://127.0.0.1:"))
         .unwrap_or_else(|| panic!("no loopback URL in {line:?}"));
-    let addr = url.trim_start_matches("http://").trim_end_matches('/');
-    assert!(line.contains("seed-59325-pcp [prefill.pcp=1]"), "{line}");
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    (explorer, addr, line)
+}
 
-    // The server thread starts right after the URL is printed; retry connecting briefly.
-    let mut page = None;
-    for _ in 0..100 {
-        if TcpStream::connect(addr).is_ok() {
-            page = Some(get(addr, "/"));
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (status, body) = page.expect("the explorer listens within 5 s");
+#[test]
+fn explorer_serves_the_page_and_states_over_loopback_http() {
+    // A matrix spec without --point: the first point is explored, and named.
+    let (mut explorer, addr, line) = start(&fixture("seed-59325-matrix.toml"));
+    assert!(line.contains("seed-59325-pcp [prefill.pcp=1]"), "{line}");
+    // The address answers as soon as it is printed: kvcc listens before printing it.
+    let (status, body) = get(&addr, "/");
     assert!(status.contains("200"), "{status}");
     assert!(
         body.contains("<html") || body.contains("<!DOCTYPE"),
         "{body}"
     );
 
-    let (status, body) = get(addr, "/.states");
+    let (status, body) = get(&addr, "/.states");
     assert!(status.contains("200"), "{status}");
     let states: serde_json::Value = serde_json::from_str(&body).expect("states are JSON");
     let initial = states[0]["state"].as_str().expect("a state");
@@ -99,7 +100,7 @@ fn explorer_serves_the_page_and_states_over_loopback_http() {
 
     // One step further: actions read in vLLM's vocabulary, and each step shows what it
     // did with the facts it changed marked.
-    let (status, body) = get(addr, "/.states/0");
+    let (status, body) = get(&addr, "/.states/0");
     assert!(status.contains("200"), "{status}");
     let steps: serde_json::Value = serde_json::from_str(&body).expect("steps are JSON");
     let finish = steps
@@ -162,4 +163,72 @@ fn explorer_rejects_a_point_outside_the_matrix_exit_2() {
     ]);
     assert_eq!(code, 2);
     assert!(stderr.contains("not a value of the matrix"), "{stderr}");
+}
+
+/// Issue 16: clients that connect and never send, or never read, cannot hold the explorer;
+/// one client's connections are bounded and the excess is turned away at once.
+#[test]
+fn explorer_outlasts_silent_and_greedy_clients() {
+    let (_explorer, addr, _) = start(&fixture("seed-59325.toml"));
+    // Sixteen connections that never send, and one that asks and never reads.
+    let silent: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    let mut greedy = TcpStream::connect(&addr).unwrap();
+    write!(greedy, "GET /.states/0 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let started = Instant::now();
+    let (status, _) = get(&addr, "/.states");
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A silent connection is answered 408 and closed once its deadline passes.
+    let mut first = silent.into_iter().next().unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answer = String::new();
+    first.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    drop(greedy);
+
+    // Over the per-client bound (32), the next connection is refused without waiting.
+    let held: Vec<TcpStream> = (0..32)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let (status, _) = get(&addr, "/.states");
+    assert!(status.contains("503"), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    drop(held);
+    // Closed connections free their places.
+    let mut answered = false;
+    for _ in 0..50 {
+        if get(&addr, "/.states").0.contains("200") {
+            answered = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        answered,
+        "the explorer answers again once the clients leave"
+    );
+}
+
+/// What the gate refuses never reaches stateright: a bad method, an oversized head.
+#[test]
+fn explorer_refuses_requests_it_does_not_serve() {
+    let (_explorer, addr, _) = start(&fixture("seed-59325.toml"));
+    let (status, _) = raw(&addr, "DELETE / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(status.contains("400"), "{status}");
+    let long = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(20_000));
+    let (status, _) = raw(&addr, &long);
+    assert!(status.contains("431"), "{status}");
+    let (status, _) = get(&addr, "/");
+    assert!(status.contains("200"), "{status}");
 }

@@ -155,3 +155,48 @@ fn issue11_golden_step_text_keeps_leases_faults_and_expiries_honest() {
     assert!(expiries >= 1, "{expiries} lease expiries");
     assert!(faults > 5, "{faults} fault steps");
 }
+
+/// Every shipped check's state count, transitions, depth and verdict, one line each, in
+/// `tests/golden/state-counts.txt`: a change to the model or the checker that changes what
+/// is explored shows up as a reviewable diff, never silently (bless as above).
+#[test]
+fn state_counts_of_every_shipped_check_are_pinned() {
+    let golden = root().join("tests/golden/state-counts.txt");
+    let mut fresh = String::new();
+    for file in shipped_specs() {
+        let relative = file.strip_prefix(root()).unwrap_or(&file).to_path_buf();
+        let spec = Spec::load(file.to_str().unwrap()).expect("a shipped spec loads");
+        for case in spec.cases(&[]).expect("a shipped spec has cases") {
+            let outcome = kvcc::run::check(&spec, &case, &kvcc::run::Settings::default())
+                .expect("a shipped spec checks");
+            let violated: Vec<String> = outcome
+                .violations
+                .iter()
+                .map(|v| format!("{}: {}", v.property, v.clause))
+                .collect();
+            let _ = writeln!(
+                fresh,
+                "{} [{}]: {} states, {} transitions, depth {}, {:?} {:?}",
+                relative.display(),
+                point_name(&case.point),
+                outcome.unique_states,
+                outcome.transitions,
+                outcome.max_depth,
+                outcome.observed,
+                violated
+            );
+        }
+    }
+    if std::env::var_os("KVCC_BLESS").is_some() {
+        std::fs::write(&golden, &fresh).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&golden).unwrap_or_default();
+    if let Some((line, want, got)) = first_difference(&committed, &fresh) {
+        panic!(
+            "state counts drifted from tests/golden/state-counts.txt at line {line}\n  \
+             golden: {want}\n  now:    {got}\n(after a deliberate change: KVCC_BLESS=1 \
+             cargo test -p kvcc-e2e -- golden, and review the diff)"
+        );
+    }
+}

@@ -213,7 +213,7 @@ fn offloading_variations() -> Vec<(String, Config)> {
             c.requests = 2;
         }),
         ("missing output rank", |c| {
-            c.faults.missing_output_rank = true
+            c.faults.missing_output_rank = kvcc_model::config::EngineFault::Both
         }),
         ("idle stepping", |c| c.scheduler.stepping = Stepping::Idle),
         ("two batches in flight", |c| c.max_concurrent_batches = 2),

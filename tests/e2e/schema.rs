@@ -118,6 +118,24 @@ fn compare(root: &Value, node: &Value, path: &mut Vec<String>, checked: &mut usi
                 path.join(".")
             );
             *checked += 1;
+        } else if as_enum.contains("untagged enum") {
+            // Several spellings (a flag or a name): serde cannot list them, so every name
+            // and flag the schema offers must load, and nothing else does (the bogus name
+            // above failed).
+            for name in schema_variants(root, field_node) {
+                let error = serde_error(&segs, toml::Value::String(name.clone()));
+                assert_eq!(error, "", "`{}` = {name:?}", path.join("."));
+            }
+            let flags = field_node["oneOf"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|alternative| alternative["type"] == "boolean");
+            for flag in [true, false] {
+                let error = serde_error(&segs, toml::Value::Boolean(flag));
+                assert_eq!(error.is_empty(), flags, "`{}` = {flag}", path.join("."));
+            }
+            *checked += 1;
         } else if field_node.get("properties").is_some() {
             compare(root, field_node, path, checked);
         } else {

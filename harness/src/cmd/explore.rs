@@ -34,11 +34,18 @@ pub struct Args {
 
 pub fn exec(args: Args) -> Exit {
     match prepare(&args) {
-        Ok((model, title, addr)) => {
-            println!("kvcc explore: {title} at http://{addr}/ (Ctrl-C to stop)");
+        Ok((model, title, listener)) => {
+            if let Ok(addr) = listener.local_addr() {
+                println!("kvcc explore: {title} at http://{addr}/ (Ctrl-C to stop)");
+            }
             let _ = std::io::stdout().flush();
-            explore::serve(model, addr);
-            Exit::Ok
+            match explore::serve(model, listener) {
+                Ok(()) => Exit::Ok,
+                Err(e) => {
+                    print_errors(&[e]);
+                    Exit::Input
+                }
+            }
         }
         Err(e) => {
             print_errors(&[e]);
@@ -47,8 +54,8 @@ pub fn exec(args: Args) -> Exit {
     }
 }
 
-fn prepare(args: &Args) -> Result<(ContractModel, String, std::net::SocketAddr), InputError> {
-    let addr = explore::loopback(&args.addr)?;
+fn prepare(args: &Args) -> Result<(ContractModel, String, std::net::TcpListener), InputError> {
+    let listener = explore::loopback(&args.addr)?;
     let spec = Spec::load(&args.spec)?;
     let mut cases = spec.cases(&args.points)?;
     if cases.len() > 1 {
@@ -64,5 +71,5 @@ fn prepare(args: &Args) -> Result<(ContractModel, String, std::net::SocketAddr),
     } else {
         format!("{} [{}]", spec.name, case.point)
     };
-    Ok((ContractModel::new(case.config), title, addr))
+    Ok((ContractModel::new(case.config), title, listener))
 }

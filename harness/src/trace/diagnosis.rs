@@ -375,6 +375,9 @@ fn made_line(made: Made, step: usize) -> String {
         Fate::Dropped => format!(
             "report of req{r} LOST at step {step}: the output rank's output was missing, so the executor dropped the whole step [FAULT]"
         ),
+        Fate::Raised => format!(
+            "report of req{r} LOST at step {step}: a worker raised in that step, and the retry dropped the finished ids the workers had handed over [FAULT]"
+        ),
     }
 }
 
@@ -955,6 +958,7 @@ fn breach_history(path: &Path, r: RequestId) -> Vec<String> {
             Fate::Reached => "",
             Fate::Cleared => ", cleared by the connector",
             Fate::Dropped => ", lost with its step",
+            Fate::Raised => ", lost with its failed step",
         };
         lines.push(format!(
             "{} {engine} rank {} reported {} at step {step}{fate}",
