@@ -199,6 +199,22 @@ pub struct Consumer {
     pub failed_handle: FailedHandle,
     pub prefix_hit: PrefixHit,
     pub failed_load: FailedLoad,
+    pub mla_notify_id: NotifyId,
+}
+
+/// Which request id D writes in an MLA notify-only message (P tp > D tp: D reads one P
+/// rank and notifies the other ranks it covers). P and D name a request differently (each
+/// engine suffixes its own id, vLLM #27987), and P recognises only its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotifyId {
+    /// P's id, from the transfer parameters (`meta.remote.request_id`): current vLLM's
+    /// nixl_connector.py.
+    RemoteRequestId,
+    /// D's own id: P does not recognise it, logs it and drops it, so the covered ranks
+    /// never count the notification and hold the blocks until their lease expires (the
+    /// leak vLLM PR #36958 describes for MLA with prefill TP above decode TP).
+    LocalRequestId,
 }
 
 impl Default for Consumer {
@@ -207,6 +223,7 @@ impl Default for Consumer {
             failed_handle: FailedHandle::AfterAllStopped,
             prefix_hit: PrefixHit::Off,
             failed_load: FailedLoad::Reported,
+            mla_notify_id: NotifyId::RemoteRequestId,
         }
     }
 }

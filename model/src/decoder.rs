@@ -106,10 +106,13 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
         return;
     }
     if !any_failed {
-        // Notify-only messages go out once the read they stand in for is done.
+        // Notify-only messages go out once the read they stand in for is done; a P rank
+        // counts one only if it recognises the request id it carries.
         let topology = state.topology();
-        for plan in topology.notify_only.iter().filter(|h| h.decoder == decoder) {
-            rank::receive_notification(state, plan.source, r);
+        if !topology.notify_only_unrecognised {
+            for plan in topology.notify_only.iter().filter(|h| h.decoder == decoder) {
+                rank::receive_notification(state, plan.source, r);
+            }
         }
     }
     *state.decode_cell_mut(decoder, r) = match (any_failed, config.consumer.failed_load) {

@@ -154,9 +154,15 @@ struct Notification {
     via: &'static str,
     /// Lost on the way (the `lost-notification` fault).
     lost: bool,
-    /// Counted towards the P rank's completion; otherwise only logged (the rank was done).
+    /// Counted towards the P rank's completion; otherwise only logged (the rank was done,
+    /// or did not recognise the id).
     counted: bool,
+    /// Carried an id P does not recognise (`consumer.mla-notify-id`).
+    unrecognised: bool,
 }
+
+/// What carries a notify-only message, in [`Notification::via`].
+const NOTIFY_ONLY: &str = "notify-only message";
 
 /// The notifications `action` sent. A P rank counts as many as its count grew by; the
 /// rest reached it after it was done with the request, when vLLM only logs them.
@@ -177,7 +183,7 @@ fn notifications(
         t.notify_only
             .iter()
             .filter(move |p| settled && p.decoder == decoder)
-            .map(move |p| (*p, r, false, "notify-only message"))
+            .map(move |p| (*p, r, false, NOTIFY_ONLY))
     };
     match *action {
         Action::ReadCompletes {
@@ -236,6 +242,7 @@ fn notifications(
                 via,
                 lost,
                 counted,
+                unrecognised: via == NOTIFY_ONLY && t.notify_only_unrecognised,
             }
         })
         .collect()
@@ -300,6 +307,11 @@ fn notification_line(n: &Notification, t: &Topology, after: &State) -> String {
         return format!("the notification to P rank {p} is LOST");
     }
     let via = n.via;
+    if n.unrecognised {
+        return format!(
+            "P rank {p} does not recognise the request id in D rank {d}'s {via} (D's own id for req{r}, not P's), logs it and drops it"
+        );
+    }
     if !n.counted {
         return format!("P rank {p} was already done with req{r} and only logs D rank {d}'s {via}");
     }
@@ -650,6 +662,8 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         };
         let (text, lost) = if n.lost {
             (format!("{how}: notification LOST [FAULT]"), true)
+        } else if n.unrecognised {
+            (format!("{how} with D's id: unrecognised, dropped"), true)
         } else if !n.counted {
             (format!("{how}: ignored, P rank {p} was already done"), true)
         } else {

@@ -10,7 +10,8 @@
 //! read plan, and may owe notify-only messages to covered ranks it does not read (MLA).
 
 use crate::config::{
-    Attention, Config, Connector, ExpectedCount, FailedStep, MlaNotify, PcpLayout, StageOutput,
+    Attention, Config, Connector, ExpectedCount, FailedStep, MlaNotify, NotifyId, PcpLayout,
+    StageOutput,
 };
 use kvcc_aggregator::Rank;
 
@@ -50,6 +51,9 @@ pub struct Topology {
     pub handles: Vec<HandlePlan>,
     /// (D rank, P rank) notify-only messages owed after a successful read (MLA).
     pub notify_only: Vec<HandlePlan>,
+    /// Do notify-only messages carry an id P does not recognise
+    /// (`consumer.mla-notify-id = "local-request-id"`)? P then only logs them.
+    pub notify_only_unrecognised: bool,
     /// Replicated PCP ranks > 0: each one interchangeable with every other.
     pub replicas: Vec<Rank>,
     pub groups: Vec<TransferGroup>,
@@ -182,6 +186,7 @@ impl Topology {
             expected_consumers,
             handles,
             notify_only,
+            notify_only_unrecognised: config.consumer.mla_notify_id == NotifyId::LocalRequestId,
             replicas,
             groups,
             prefill_expected,

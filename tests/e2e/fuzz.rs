@@ -272,6 +272,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "failed-load",
         &["\"reported\"", "\"logged-only\"", "\"unreported\""],
     ),
+    (
+        "consumer",
+        "mla-notify-id",
+        &["\"remote-request-id\"", "\"local-request-id\""],
+    ),
     ("scheduler", "abort-finished", &["\"ignore\"", "\"free\""]),
     (
         "scheduler",
