@@ -43,6 +43,9 @@ pub enum Action {
     },
     /// D crashes before reading a request.
     DecoderCrashes { request: RequestId },
+    /// D's serving layer rejects a request before its engine admits it (a template,
+    /// validation or model check fails): D's scheduler never sees it.
+    DecodeRejects { request: RequestId },
     /// A D rank's handshake with P finishes.
     HandshakeCompletes {
         decoder: Rank,

@@ -200,8 +200,22 @@ pub struct Consumer {
     pub prefix_hit: PrefixHit,
     pub failed_load: FailedLoad,
     pub mla_notify_id: NotifyId,
+    pub rejection_notice: RejectionNotice,
 }
 
+/// What P hears when D rejects a request before admitting it
+/// (`faults.rejected-before-admission`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RejectionNotice {
+    /// Nothing: D never opens a transfer, so no read ever notifies P, and P holds the
+    /// blocks until its timeout (before vLLM PR #41269).
+    None,
+    /// D tells P the request will not be read, and P's ranks count it as the reads'
+    /// notifications and release the blocks (vLLM PR #41269: the serving layer reports
+    /// every pre-admission rejection of a remote-prefill request to the connector).
+    NotifiesPrefill,
+}
 /// Which request id D writes in an MLA notify-only message (P tp > D tp: D reads one P
 /// rank and notifies the other ranks it covers). P and D name a request differently (each
 /// engine suffixes its own id, vLLM #27987), and P recognises only its own.
@@ -224,6 +238,7 @@ impl Default for Consumer {
             prefix_hit: PrefixHit::Off,
             failed_load: FailedLoad::Reported,
             mla_notify_id: NotifyId::RemoteRequestId,
+            rejection_notice: RejectionNotice::NotifiesPrefill,
         }
     }
 }
@@ -368,6 +383,9 @@ pub struct Faults {
     /// D crashes before reading a request.
     #[serde(default)]
     pub decoder_never_reads: bool,
+    /// D's serving layer rejects a request before admitting it.
+    #[serde(default)]
+    pub rejected_before_admission: bool,
     /// A lease expires while D's read is merely late.
     #[serde(default)]
     pub late_read_after_lease: bool,

@@ -7,9 +7,9 @@
 //! cancelled (#56104). A full local prefix hit reads nothing, notifies P, and must still be
 //! reported as received (#56640).
 
-use crate::config::{Config, FailedHandle, FailedLoad, PrefixHit};
+use crate::config::{Config, FailedHandle, FailedLoad, PrefixHit, RejectionNotice};
 use crate::rank;
-use crate::state::{DecodeCell, HandlePhase, RequestId, State};
+use crate::state::{DecodeCell, DecodePhase, HandlePhase, RequestId, State};
 use kvcc_aggregator::Rank;
 
 /// `start_load_kv` on D rank `decoder`: post its handles, or notify P on a prefix hit.
@@ -121,4 +121,15 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
         // Logged only: the failure goes out as a plain success.
         (true, FailedLoad::LoggedOnly) | (false, _) => DecodeCell::Done { failed: false },
     };
+}
+
+/// D rejects `r` before admitting it: its scheduler never sees the request, and with
+/// #41269's notice every P rank a D rank would have read or notified counts it as done.
+pub fn reject(config: &Config, state: &mut State, r: RequestId) {
+    state.requests[usize::from(r)].decode = DecodePhase::Gone;
+    if config.consumer.rejection_notice == RejectionNotice::NotifiesPrefill {
+        for decoder in 0..state.topology().decode_world {
+            notify_covered_ranks(state, decoder, r);
+        }
+    }
 }

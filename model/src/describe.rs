@@ -67,6 +67,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
             format!("D scheduler: admits req{request} with a full local prefix hit (notify-only)")
         }
         Action::DecoderCrashes { request: r } => format!("[FAULT] D crashes before reading req{r}"),
+        Action::DecodeRejects { request: r } => {
+            format!("[FAULT] D's serving layer rejects req{r} before admitting it")
+        }
         Action::HandshakeCompletes {
             decoder,
             request,
@@ -153,6 +156,7 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::LeaseExpires { .. } => "LeaseExpires",
         Action::DecodeAdmits { .. } => "DecodeAdmits",
         Action::DecoderCrashes { .. } => "DecoderCrashes",
+        Action::DecodeRejects { .. } => "DecodeRejects",
         Action::HandshakeCompletes { .. } => "HandshakeCompletes",
         Action::ReadCompletes { .. } => "ReadCompletes",
         Action::ReadFails { .. } => "ReadFails",

@@ -145,6 +145,9 @@ impl ContractModel {
                 if faults.decoder_never_reads {
                     actions.push(Action::DecoderCrashes { request: r });
                 }
+                if faults.rejected_before_admission {
+                    actions.push(Action::DecodeRejects { request: r });
+                }
             }
             for decoder in 0..t.decode_world {
                 let mut handles = t.handles_of(decoder);
@@ -315,6 +318,7 @@ impl ContractModel {
             Action::DecoderCrashes { request: r } => {
                 next.requests[usize::from(r)].decode = DecodePhase::Crashed
             }
+            Action::DecodeRejects { request: r } => decoder::reject(c, &mut next, r),
             Action::HandshakeCompletes {
                 decoder,
                 request,
@@ -366,6 +370,7 @@ impl ContractModel {
         match *action {
             Action::ClientAborts { .. }
             | Action::DecoderCrashes { .. }
+            | Action::DecodeRejects { .. }
             | Action::ReadFails { .. } => true,
             Action::ReadCompletes {
                 notification_lost, ..
@@ -417,6 +422,7 @@ impl ContractModel {
             } if output_lost || raised => (0..next.request_count() as RequestId).collect(),
             Action::ClientAborts { request }
             | Action::DecoderCrashes { request }
+            | Action::DecodeRejects { request }
             | Action::ReadFails { request, .. }
             | Action::ReadCompletes { request, .. }
             | Action::HandshakeCompletes { request, .. }
@@ -458,7 +464,10 @@ impl crate::checker::Checkable for ContractModel {
         // step happening, D admitting) are separate actions that stay forced.
         matches!(
             action,
-            Action::ClientAborts { .. } | Action::DecoderCrashes { .. } | Action::ReadFails { .. }
+            Action::ClientAborts { .. }
+                | Action::DecoderCrashes { .. }
+                | Action::DecodeRejects { .. }
+                | Action::ReadFails { .. }
         )
     }
 

@@ -195,6 +195,21 @@ fn notifications(
             sent.push((plan, request, notification_lost, "notification"));
             sent.extend(notify_only_of(plan.decoder, request));
         }
+        Action::DecodeRejects { request } => {
+            // #41269's notice stands in for every read and notify-only message.
+            let any = (0..t.prefill_world).any(|k| {
+                after.prefill_cell(k, request).notifications
+                    > before.prefill_cell(k, request).notifications
+            });
+            if any {
+                sent.extend(
+                    t.handles
+                        .iter()
+                        .chain(&t.notify_only)
+                        .map(|p| (*p, request, false, "rejection notice")),
+                );
+            }
+        }
         Action::DecodeEngineSteps { .. } => {
             for r in 0..after.request_count() as RequestId {
                 let q = &before.requests[usize::from(r)];
@@ -608,6 +623,11 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                 .into_iter()
                 .map(|(side, l)| format!("{side} scheduler: {l}")),
         ),
+        Action::DecodeRejects { .. } => what.extend(
+            notifications(t, action, before, after)
+                .iter()
+                .map(|n| notification_line(n, t, after)),
+        ),
         Action::PrefillWorkerLoads { .. }
         | Action::DecodeAdmits { .. }
         | Action::DecoderCrashes { .. } => {}
@@ -705,6 +725,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::DecoderCrashes { request } => events.push(note(
             DecodeScheduler,
             format!("[FAULT] D crashes before reading req{request}"),
+        )),
+        Action::DecodeRejects { request } => events.push(note(
+            DecodeScheduler,
+            format!("[FAULT] req{request} rejected before admission"),
         )),
         Action::HandshakeCompletes {
             decoder,
@@ -865,6 +889,26 @@ mod tests {
                 raised: false,
             },
         ]
+    }
+
+    #[test]
+    fn a_rejection_says_whether_p_heard_of_it() {
+        let reject = [
+            Action::PrefillFinishes { request: 0 },
+            Action::DecodeRejects { request: 0 },
+        ];
+        let mut c = base();
+        c.faults.rejected_before_admission = true;
+        let told = lines(&ContractModel::new(c.clone()), &reject);
+        assert!(
+            told[1].contains("P rank 0 counts D rank 0's rejection notice for req0 (1/1)"),
+            "{}",
+            told[1]
+        );
+        // Twin: without #41269's notice the step says nothing reached P.
+        c.consumer.rejection_notice = crate::config::RejectionNotice::None;
+        let silent = lines(&ContractModel::new(c), &reject);
+        assert!(!silent[1].contains("P rank"), "{}", silent[1]);
     }
 
     #[test]

@@ -277,6 +277,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "mla-notify-id",
         &["\"remote-request-id\"", "\"local-request-id\""],
     ),
+    (
+        "consumer",
+        "rejection-notice",
+        &["\"none\"", "\"notifies-prefill\""],
+    ),
     ("scheduler", "abort-finished", &["\"ignore\"", "\"free\""]),
     (
         "scheduler",
@@ -306,6 +311,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("faults", "client-abort", &["false", "true"]),
     ("faults", "lost-notification", &["false", "true"]),
     ("faults", "decoder-never-reads", &["false", "true"]),
+    ("faults", "rejected-before-admission", &["false", "true"]),
     ("faults", "late-read-after-lease", &["false", "true"]),
     ("faults", "handshake-failure", &["false", "true"]),
     ("faults", "transfer-error", &["false", "true"]),

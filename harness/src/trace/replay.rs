@@ -289,6 +289,7 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         Action::PrefillFinishes { request }
         | Action::DecodeAdmits { request, .. }
         | Action::DecoderCrashes { request }
+        | Action::DecodeRejects { request }
         | Action::ClientAborts { request } => request_ok(request),
         Action::PrefillWorkerLoads { rank, request } | Action::LeaseExpires { rank, request } => {
             prefill_ok(rank) && request_ok(request)
