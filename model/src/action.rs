@@ -72,6 +72,25 @@ pub enum Action {
     ClientAborts { request: RequestId },
 }
 
+impl Action {
+    /// For an engine step, its faults: (the output rank's output lost, a worker raised);
+    /// None for any other action.
+    pub fn step_faults(&self) -> Option<(bool, bool)> {
+        match *self {
+            Action::PrefillEngineSteps {
+                output_lost,
+                raised,
+                ..
+            }
+            | Action::DecodeEngineSteps {
+                output_lost,
+                raised,
+            } => Some((output_lost, raised)),
+            _ => None,
+        }
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }

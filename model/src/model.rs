@@ -378,15 +378,9 @@ impl ContractModel {
             Action::HandshakeCompletes { ok, .. } => !ok,
             // A newly announced count is a behaviour the spec enables (`announced-count`),
             // not an injected fault.
-            Action::PrefillEngineSteps {
-                output_lost,
-                raised,
-                ..
-            }
-            | Action::DecodeEngineSteps {
-                output_lost,
-                raised,
-            } => output_lost || raised,
+            Action::PrefillEngineSteps { .. } | Action::DecodeEngineSteps { .. } => action
+                .step_faults()
+                .is_some_and(|(lost, raised)| lost || raised),
             Action::PrefillFinishes { .. }
             | Action::PrefillWorkerLoads { .. }
             | Action::LeaseExpires { .. }
@@ -411,15 +405,11 @@ impl ContractModel {
             }
             // A lost engine output, or a failed step, may have carried any request's
             // report.
-            Action::PrefillEngineSteps {
-                output_lost,
-                raised,
-                ..
+            Action::PrefillEngineSteps { .. } | Action::DecodeEngineSteps { .. }
+                if self.is_fault_action(action) =>
+            {
+                (0..next.request_count() as RequestId).collect()
             }
-            | Action::DecodeEngineSteps {
-                output_lost,
-                raised,
-            } if output_lost || raised => (0..next.request_count() as RequestId).collect(),
             Action::ClientAborts { request }
             | Action::DecoderCrashes { request }
             | Action::DecodeRejects { request }

@@ -75,18 +75,7 @@ pub struct Made {
 pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
     let t = after.topology();
     let mut made = Vec::new();
-    let (lost, raised) = match *action {
-        Action::PrefillEngineSteps {
-            output_lost,
-            raised,
-            ..
-        }
-        | Action::DecodeEngineSteps {
-            output_lost,
-            raised,
-        } => (output_lost, raised),
-        _ => (false, false),
-    };
+    let (lost, raised) = action.step_faults().unwrap_or_default();
     let fate = if raised {
         Fate::Raised
     } else if lost {

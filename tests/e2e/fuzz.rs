@@ -348,27 +348,13 @@ fn random_spec() -> impl Strategy<Value = String> {
 
 #[test]
 fn random_specs_cover_every_schema_key() {
-    let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../../harness/src/spec/schema.json")).unwrap();
-    let ignored = [
-        "version",
-        "name",
-        "description",
-        "matrix",
-        "expect",
-        "limits",
-    ];
+    let schema = kvcc::spec::schema::schema();
     let mut missing = Vec::new();
     for (key, value) in schema["properties"].as_object().unwrap() {
-        if ignored.contains(&key.as_str()) {
+        if kvcc::spec::schema::RESERVED.contains(&key.as_str()) {
             continue;
         }
-        // A table is a `$ref` to its definition.
-        let table = value["$ref"]
-            .as_str()
-            .and_then(|r| r.strip_prefix("#/$defs/"))
-            .and_then(|name| schema["$defs"][name]["properties"].as_object());
-        match table {
+        match kvcc::spec::schema::resolve(&schema, value)["properties"].as_object() {
             Some(table) => missing.extend(
                 table
                     .keys()
