@@ -26,10 +26,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
             format!("P rank {rank}: its KV load of req{request} completes")
         }
         Action::PrefillEngineSteps {
-            output_lost,
             announces_count,
             stores_done,
-            raised,
+            ..
         } => {
             let mut line = "P engine step".to_string();
             if !stores_done.is_empty() {
@@ -45,13 +44,7 @@ pub fn action(t: &Topology, action: &Action) -> String {
                     t.prefill_announced.unwrap_or(0)
                 );
             }
-            if output_lost {
-                line += " [FAULT: output rank's output missing, step dropped]";
-            }
-            if raised {
-                line += raised_words(t);
-            }
-            line
+            line + &step_fault_words(t, action)
         }
         Action::LeaseExpires { rank, request } => {
             format!("P rank {rank}: lease on req{request} expires")
@@ -93,33 +86,32 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::ReadFails { handle, request } => {
             format!("{}: read of req{request} FAILS [FAULT]", read(t, handle))
         }
-        Action::DecodeEngineSteps {
-            output_lost,
-            raised,
-        } => {
-            let mut line = "D engine step".to_string();
-            if output_lost {
-                line += " [FAULT: output rank's output missing, step dropped]";
-            }
-            if raised {
-                line += raised_words(t);
-            }
-            line
+        Action::DecodeEngineSteps { .. } => {
+            "D engine step".to_string() + &step_fault_words(t, action)
         }
         Action::ClientAborts { request: r } => format!("[FAULT] client aborts req{r}"),
     }
 }
 
-/// What a step in which a worker raised did, by `scheduler.failed-step`.
-fn raised_words(t: &Topology) -> &'static str {
-    match t.failed_step {
-        FailedStep::RetryDropsReports => {
-            " [FAULT: a worker raises; the step is retried, the finished ids the workers handed over are dropped]"
-        }
-        FailedStep::RetryKeepsReports | FailedStep::FailStop => {
-            " [FAULT: a worker raises; the step is retried, its finished ids kept for the retry]"
-        }
+/// An engine step's faults, as the end of its line; what a raising step did follows
+/// `scheduler.failed-step`.
+fn step_fault_words(t: &Topology, action: &Action) -> String {
+    let (lost, raised) = action.step_faults().unwrap_or_default();
+    let mut words = String::new();
+    if lost {
+        words += " [FAULT: output rank's output missing, step dropped]";
     }
+    if raised {
+        words += match t.failed_step {
+            FailedStep::RetryDropsReports => {
+                " [FAULT: a worker raises; the step is retried, the finished ids the workers handed over are dropped]"
+            }
+            FailedStep::RetryKeepsReports | FailedStep::FailStop => {
+                " [FAULT: a worker raises; the step is retried, its finished ids kept for the retry]"
+            }
+        };
+    }
+    words
 }
 
 /// The stores of a step, by request: `req0 on ranks 1, 2; req1 on rank 0`.

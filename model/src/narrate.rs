@@ -751,10 +751,9 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             false,
         )),
         Action::PrefillEngineSteps {
-            output_lost,
             announces_count,
             stores_done,
-            raised,
+            ..
         } => {
             for m in reports(action, before, after) {
                 events.push(report_event(PrefillRank(m.rank), PrefillAggregator, m));
@@ -766,18 +765,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             if announces_count {
                 label += " [count announced]";
             }
-            if output_lost {
-                label += " [FAULT output lost, step dropped]";
-            }
-            if raised {
-                label += " [FAULT a worker raised, step retried]";
-            }
+            label += &step_fault_label(action);
             events.push(message(PrefillAggregator, PrefillScheduler, label, false));
         }
-        Action::DecodeEngineSteps {
-            output_lost,
-            raised,
-        } => {
+        Action::DecodeEngineSteps { .. } => {
             for (d, r, sources, handshake) in posted(t, before, after) {
                 events.push(note(DecodeRank(d), posted_words(r, &sources, handshake)));
             }
@@ -785,17 +776,25 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
                 events.push(report_event(DecodeRank(m.rank), DecodeAggregator, m));
             }
             let mut label = step_summary(false, before, after);
-            if output_lost {
-                label += " [FAULT output lost, step dropped]";
-            }
-            if raised {
-                label += " [FAULT a worker raised, step retried]";
-            }
+            label += &step_fault_label(action);
             events.push(message(DecodeAggregator, DecodeScheduler, label, false));
         }
         Action::ReadCompletes { .. } => {}
     }
     events
+}
+
+/// An engine step's faults, as the end of its diagram label.
+fn step_fault_label(action: &Action) -> String {
+    let (lost, raised) = action.step_faults().unwrap_or_default();
+    let mut label = String::new();
+    if lost {
+        label += " [FAULT output lost, step dropped]";
+    }
+    if raised {
+        label += " [FAULT a worker raised, step retried]";
+    }
+    label
 }
 
 fn report_event(from: Party, to: Party, m: Made) -> Event {
