@@ -60,6 +60,11 @@ pub enum Action {
     },
     /// A read handle fails mid-transfer.
     ReadFails { handle: u16, request: RequestId },
+    /// The offloading child on a D worker finishes loading its part of a request (two
+    /// loading children only).
+    DecodeChildLoads { decoder: Rank, request: RequestId },
+    /// NIXL on a D worker reports a request's finished load once more, at the next step.
+    ChildReportsAgain { decoder: Rank, request: RequestId },
     /// A D engine step: metadata reaches the workers, their outputs are aggregated, the
     /// scheduler wakes what is emitted. Faults: the output rank's output is lost; a worker
     /// raises.

@@ -201,6 +201,31 @@ pub struct Consumer {
     pub failed_load: FailedLoad,
     pub mla_notify_id: NotifyId,
     pub rejection_notice: RejectionNotice,
+    /// How many MultiConnector children load each request on a D worker: 1, vLLM's
+    /// MultiConnector giving the request to the first child that has tokens for it
+    /// (`_requests_to_connector`), or 2, NIXL and the offloading child each loading
+    /// their part, as the compose mode proposed in vLLM PR #50546 does.
+    pub loading_children: u8,
+    pub recving_combine: RecvingCombine,
+}
+
+/// How D's MultiConnector turns its children's `finished_recving` into its worker's
+/// (vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py, `get_finished`).
+/// Children report in configuration order, NIXL first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecvingCombine {
+    /// Every child's set is forwarded as it comes: current vLLM, sound only while one
+    /// child loads each request (#50546 calls the union a live bug once two can).
+    Union,
+    /// The scheduler counts the extra children loading a request and the worker drops
+    /// that many reports before forwarding one (vLLM PR #51595, mirroring the send
+    /// side's `_extra_async_saves`). A count cannot tell children apart: a report one
+    /// child repeats drains another child's share.
+    Counted,
+    /// Forwarded once every child that loads the request has reported it, remembered
+    /// per child, so a repeated report is ignored.
+    PerChild,
 }
 
 /// What P hears when D rejects a request before admitting it
@@ -239,6 +264,8 @@ impl Default for Consumer {
             failed_load: FailedLoad::Reported,
             mla_notify_id: NotifyId::RemoteRequestId,
             rejection_notice: RejectionNotice::NotifiesPrefill,
+            loading_children: 1,
+            recving_combine: RecvingCombine::Union,
         }
     }
 }
@@ -395,6 +422,10 @@ pub struct Faults {
     /// One read handle fails mid-transfer.
     #[serde(default)]
     pub transfer_error: bool,
+    /// A MultiConnector child on a D worker reports a finished load a second time, at a
+    /// later step (once per run): a repeat the combine rule must absorb.
+    #[serde(default)]
+    pub child_reports_twice: bool,
     /// One engine step loses the output rank's output (once per engine it targets).
     #[serde(default)]
     pub missing_output_rank: EngineFault,
@@ -561,6 +592,25 @@ impl Config {
                 "with scheduler.failed-step = \"fail-stop\" (vLLM's default) a raising step kills the engine, which is no completion path to check; set scheduler.failed-step to \"retry-drops-reports\" or \"retry-keeps-reports\"".into(),
             );
         }
+        let children = self.consumer.loading_children;
+        if !(1..=2).contains(&children) {
+            return err(
+                "consumer.loading-children",
+                format!("must be 1 or 2, got {children}"),
+            );
+        }
+        if children == 2 && self.connector != Connector::MultiOffload {
+            return err(
+                "consumer.loading-children",
+                "two loading children need connector = \"multi-offload\" (only MultiConnector has several children)".into(),
+            );
+        }
+        if children == 2 && (self.faults.transfer_error || self.faults.handshake_failure) {
+            return err(
+                "consumer.loading-children",
+                "a failed NIXL load with a second loading child is not modelled (vLLM reports it through the load-error blocks, outside the combine rule); turn off faults.transfer-error and faults.handshake-failure".into(),
+            );
+        }
         for (field, count) in [
             ("expected-count", Some(self.expected_count)),
             ("announced-count", self.announced_count),
@@ -622,6 +672,20 @@ pub(crate) mod tests {
         c.requests = 4;
         assert_eq!(c.validate().unwrap_err().field, "requests");
         assert!(base().validate().is_ok());
+    }
+
+    #[test]
+    fn two_loading_children_need_a_multiconnector_without_failed_loads() {
+        let mut c = base();
+        c.consumer.loading_children = 2;
+        assert_eq!(c.validate().unwrap_err().field, "consumer.loading-children");
+        c.connector = Connector::MultiOffload;
+        assert!(c.validate().is_ok());
+        c.faults.transfer_error = true;
+        assert_eq!(c.validate().unwrap_err().field, "consumer.loading-children");
+        c.faults.transfer_error = false;
+        c.consumer.loading_children = 3;
+        assert_eq!(c.validate().unwrap_err().field, "consumer.loading-children");
     }
 
     #[test]

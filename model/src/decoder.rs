@@ -7,9 +7,9 @@
 //! cancelled (#56104). A full local prefix hit reads nothing, notifies P, and must still be
 //! reported as received (#56640).
 
-use crate::config::{Config, FailedHandle, FailedLoad, PrefixHit, RejectionNotice};
+use crate::config::{Config, FailedHandle, FailedLoad, PrefixHit, RecvingCombine, RejectionNotice};
 use crate::rank;
-use crate::state::{DecodeCell, DecodePhase, HandlePhase, RequestId, State};
+use crate::state::{DecodeCell, DecodePhase, HandlePhase, LoadPhase, RequestId, State};
 use kvcc_aggregator::Rank;
 
 /// `start_load_kv` on D rank `decoder`: post its handles, or notify P on a prefix hit.
@@ -32,6 +32,9 @@ pub fn receive_load_metadata(config: &Config, state: &mut State, decoder: Rank, 
         *state.handle_mut(h, r) = first;
     }
     *state.decode_cell_mut(decoder, r) = DecodeCell::Loading;
+    if config.consumer.loading_children == 2 {
+        *state.child_load_mut(decoder, r) = LoadPhase::Loading;
+    }
 }
 
 /// Every P rank this D rank read or covers gets its notification.
@@ -123,6 +126,100 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
     };
 }
 
+/// What D worker `worker` forwards for `r` at this step's poll: each child hands over its
+/// report if it has one, and the MultiConnector's combine rule decides whether the
+/// worker's `finished_recving` carries `r`. `Some(failed)` when it does (`failed`: also
+/// in `failed_recving`).
+pub fn forward_reports(
+    config: &Config,
+    state: &mut State,
+    worker: Rank,
+    r: RequestId,
+) -> Option<bool> {
+    let before = (state.decode_cell(worker, r), state.child_load(worker, r));
+    let cell = state.decode_cell_mut(worker, r);
+    *cell = match *cell {
+        DecodeCell::Done { .. } => DecodeCell::Reported,
+        DecodeCell::ReportsAgain => DecodeCell::ReportedTwice,
+        other => other,
+    };
+    let child = state.child_load_mut(worker, r);
+    if *child == LoadPhase::Done {
+        *child = LoadPhase::Reported;
+    }
+    let after = (state.decode_cell(worker, r), state.child_load(worker, r));
+    ChildPoll::between(before, after).forwarded(config.consumer.recving_combine)
+}
+
+/// One D worker's children at one poll, for one request: the one place that says what
+/// the worker forwards, for the engine step and for the trace that tells it.
+pub struct ChildPoll {
+    /// Children loading the request: NIXL, and the offloading child if it loads too.
+    children: u8,
+    /// Reports the children handed over at earlier polls, repeats included.
+    earlier: u8,
+    /// Children that had reported at earlier polls.
+    reporters_before: u8,
+    /// This poll's reports, NIXL's first (configuration order): (a repeat?, failed?).
+    now: [Option<(bool, bool)>; 2],
+}
+
+impl ChildPoll {
+    /// The poll that took a worker's (NIXL cell, offloading child's load) from `before`
+    /// to `after`.
+    pub fn between(before: (DecodeCell, LoadPhase), after: (DecodeCell, LoadPhase)) -> Self {
+        let nixl_reports = |cell| match cell {
+            DecodeCell::Reported | DecodeCell::ReportsAgain => 1,
+            DecodeCell::ReportedTwice => 2,
+            _ => 0,
+        };
+        let nixl_now = match (before.0, after.0) {
+            (DecodeCell::ReportsAgain, DecodeCell::ReportedTwice) => Some((true, false)),
+            (b, DecodeCell::Reported) if nixl_reports(b) == 0 => {
+                Some((false, b == DecodeCell::Done { failed: true }))
+            }
+            _ => None,
+        };
+        let child_now = (before.1 != LoadPhase::Reported && after.1 == LoadPhase::Reported)
+            .then_some((false, false));
+        ChildPoll {
+            children: if after.1 == LoadPhase::NotUsed { 1 } else { 2 },
+            earlier: nixl_reports(before.0) + u8::from(before.1 == LoadPhase::Reported),
+            reporters_before: u8::from(nixl_reports(before.0) > 0)
+                + u8::from(before.1 == LoadPhase::Reported),
+            now: [nixl_now, child_now],
+        }
+    }
+
+    /// What the worker forwards under `combine`: `Some(failed)` if it puts the request
+    /// in its `finished_recving`.
+    pub fn forwarded(&self, combine: RecvingCombine) -> Option<bool> {
+        let first_reports = self
+            .now
+            .iter()
+            .flatten()
+            .filter(|(repeat, _)| !repeat)
+            .count();
+        // Has every child now reported at least once? Repeats add reports, not reporters.
+        let all_reported =
+            usize::from(self.reporters_before) + first_reports >= usize::from(self.children);
+        let mut forwarded = None;
+        // `seen`: the reports handed over before this one.
+        for (seen, &(repeat, failed)) in (self.earlier..).zip(self.now.iter().flatten()) {
+            let forward = match combine {
+                RecvingCombine::Union => true,
+                // The count of extra loaders (children - 1) drains first, whoever reports.
+                RecvingCombine::Counted => seen >= self.children - 1,
+                RecvingCombine::PerChild => !repeat && all_reported,
+            };
+            if forward {
+                forwarded = Some(forwarded.unwrap_or(false) || failed);
+            }
+        }
+        forwarded
+    }
+}
+
 /// D rejects `r` before admitting it: its scheduler never sees the request, and with
 /// #41269's notice every P rank a D rank would have read or notified counts it as done.
 pub fn reject(config: &Config, state: &mut State, r: RequestId) {
@@ -131,5 +228,65 @@ pub fn reject(config: &Config, state: &mut State, r: RequestId) {
         for decoder in 0..state.topology().decode_world {
             notify_covered_ranks(state, decoder, r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use DecodeCell::{Done, Loading, Reported, ReportedTwice, ReportsAgain};
+    use RecvingCombine::{Counted, PerChild, Union};
+
+    /// What each rule forwards for one poll, from a worker's (NIXL cell, child load)
+    /// before and after it.
+    fn forwards(before: (DecodeCell, LoadPhase), after: (DecodeCell, LoadPhase)) -> [bool; 3] {
+        let poll = ChildPoll::between(before, after);
+        [Union, Counted, PerChild].map(|rule| poll.forwarded(rule).is_some())
+    }
+
+    #[test]
+    fn one_loading_child_is_forwarded_by_every_rule_with_its_failure() {
+        let done = (Done { failed: true }, LoadPhase::NotUsed);
+        let poll = ChildPoll::between(done, (Reported, LoadPhase::NotUsed));
+        for rule in [Union, Counted, PerChild] {
+            assert_eq!(poll.forwarded(rule), Some(true), "{rule:?}");
+        }
+    }
+
+    #[test]
+    fn with_two_loading_children_only_union_forwards_the_first() {
+        let first = forwards(
+            (Done { failed: false }, LoadPhase::Loading),
+            (Reported, LoadPhase::Loading),
+        );
+        assert_eq!(first, [true, false, false]);
+        let second = forwards((Reported, LoadPhase::Done), (Reported, LoadPhase::Reported));
+        assert_eq!(second, [true, true, true]);
+        let together = forwards(
+            (Done { failed: false }, LoadPhase::Done),
+            (Reported, LoadPhase::Reported),
+        );
+        assert_eq!(together, [true, true, true]);
+    }
+
+    #[test]
+    fn a_repeat_drains_the_count_but_not_the_per_child_record() {
+        let repeat_while_child_loads = forwards(
+            (ReportsAgain, LoadPhase::Loading),
+            (ReportedTwice, LoadPhase::Loading),
+        );
+        assert_eq!(repeat_while_child_loads, [true, true, false]);
+        let child_after_repeat = forwards(
+            (ReportedTwice, LoadPhase::Done),
+            (ReportedTwice, LoadPhase::Reported),
+        );
+        assert_eq!(child_after_repeat, [true, true, true]);
+        let repeat_of_one_child = forwards(
+            (ReportsAgain, LoadPhase::NotUsed),
+            (ReportedTwice, LoadPhase::NotUsed),
+        );
+        assert_eq!(repeat_of_one_child, [true, true, false]);
+        let nothing = forwards((Loading, LoadPhase::Loading), (Loading, LoadPhase::Loading));
+        assert_eq!(nothing, [false, false, false]);
     }
 }

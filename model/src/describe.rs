@@ -86,6 +86,12 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::ReadFails { handle, request } => {
             format!("{}: read of req{request} FAILS [FAULT]", read(t, handle))
         }
+        Action::DecodeChildLoads { decoder, request } => {
+            format!("D rank {decoder}: its offloading child finishes loading its part of req{request}")
+        }
+        Action::ChildReportsAgain { decoder, request } => format!(
+            "[FAULT] D rank {decoder}: NIXL hands over req{request}'s finished load once more, at the next step"
+        ),
         Action::DecodeEngineSteps { .. } => {
             "D engine step".to_string() + &step_fault_words(t, action)
         }
@@ -152,6 +158,8 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::HandshakeCompletes { .. } => "HandshakeCompletes",
         Action::ReadCompletes { .. } => "ReadCompletes",
         Action::ReadFails { .. } => "ReadFails",
+        Action::DecodeChildLoads { .. } => "DecodeChildLoads",
+        Action::ChildReportsAgain { .. } => "ChildReportsAgain",
         Action::DecodeEngineSteps { .. } => "DecodeEngineSteps",
         Action::ClientAborts { .. } => "ClientAborts",
     }
@@ -291,8 +299,17 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
                 DecodeCell::Done { failed: true } => "failed+done, report pending",
                 DecodeCell::Reported => "reported",
                 DecodeCell::Silent => "silent",
+                DecodeCell::ReportsAgain => "reported, repeats it at the next step",
+                DecodeCell::ReportedTwice => "reported twice",
             };
             facts.insert(format!("D rank{d} req{i}"), Value::text(cell));
+            let child = state.child_load(d, i as u8);
+            if child != LoadPhase::NotUsed {
+                facts.insert(
+                    format!("D rank{d} req{i} offloading child load"),
+                    Value::text(format!("{child:?}").to_lowercase()),
+                );
+            }
         }
     }
     aggregator_facts(&mut facts, "P", &state.prefill_aggregator);

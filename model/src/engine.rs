@@ -5,7 +5,7 @@
 use crate::config::{AggregatorPolicy, Config, StageOutput};
 use crate::offload::{self, StoresDone};
 use crate::state::{
-    DecodeCell, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
+    Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
 };
 use crate::{decoder, rank, scheduler};
 use kvcc_aggregator::{Direction, StepOutcome, ViolationKind, WorkerOutput};
@@ -122,8 +122,7 @@ pub fn decode_step(
     for worker in 0..state.topology().decode_world {
         let mut output = WorkerOutput::empty(worker);
         for r in 0..state.request_count() as RequestId {
-            if let DecodeCell::Done { failed } = state.decode_cell(worker, r) {
-                *state.decode_cell_mut(worker, r) = DecodeCell::Reported;
+            if let Some(failed) = decoder::forward_reports(config, state, worker, r) {
                 output.finished_recving.insert(r);
                 if failed {
                     output.failed_recving.insert(r);

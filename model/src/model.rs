@@ -91,6 +91,7 @@ impl ContractModel {
             prefill: smallvec::smallvec![cell; usize::from(t.prefill_world) * n],
             handles: smallvec::smallvec![HandlePhase::NotPosted; t.handles.len() * n],
             decode: smallvec::smallvec![DecodeCell::Idle; usize::from(t.decode_world) * n],
+            child_loads: smallvec::smallvec![LoadPhase::NotUsed; usize::from(t.decode_world) * n],
             prefill_aggregator: Arc::new(prefill_aggregator),
             decode_aggregator: Arc::new(Aggregator::new(policy, t.decode_expected)),
             incidents: Incidents::default(),
@@ -163,6 +164,23 @@ impl ContractModel {
                         decoder,
                         request: r,
                         ok: false,
+                    });
+                }
+            }
+            for decoder in 0..t.decode_world {
+                if state.child_load(decoder, r) == LoadPhase::Loading {
+                    actions.push(Action::DecodeChildLoads {
+                        decoder,
+                        request: r,
+                    });
+                }
+                if faults.child_reports_twice
+                    && state.once & State::ONCE_CHILD_REPORTED_TWICE == 0
+                    && state.decode_cell(decoder, r) == DecodeCell::Reported
+                {
+                    actions.push(Action::ChildReportsAgain {
+                        decoder,
+                        request: r,
                     });
                 }
             }
@@ -338,6 +356,13 @@ impl ContractModel {
             Action::ReadFails { handle, request } => {
                 decoder::fail_read(c, &mut next, usize::from(handle), request)
             }
+            Action::DecodeChildLoads { decoder, request } => {
+                *next.child_load_mut(decoder, request) = LoadPhase::Done
+            }
+            Action::ChildReportsAgain { decoder, request } => {
+                next.once |= State::ONCE_CHILD_REPORTED_TWICE;
+                *next.decode_cell_mut(decoder, request) = DecodeCell::ReportsAgain;
+            }
             Action::DecodeEngineSteps { raised: true, .. } => {
                 next.once |= State::ONCE_DECODE_STEP_RAISED;
                 if c.scheduler.failed_step == FailedStep::RetryDropsReports {
@@ -371,7 +396,8 @@ impl ContractModel {
             Action::ClientAborts { .. }
             | Action::DecoderCrashes { .. }
             | Action::DecodeRejects { .. }
-            | Action::ReadFails { .. } => true,
+            | Action::ReadFails { .. }
+            | Action::ChildReportsAgain { .. } => true,
             Action::ReadCompletes {
                 notification_lost, ..
             } => notification_lost,
@@ -384,7 +410,8 @@ impl ContractModel {
             Action::PrefillFinishes { .. }
             | Action::PrefillWorkerLoads { .. }
             | Action::LeaseExpires { .. }
-            | Action::DecodeAdmits { .. } => false,
+            | Action::DecodeAdmits { .. }
+            | Action::DecodeChildLoads { .. } => false,
         }
     }
 
@@ -414,6 +441,7 @@ impl ContractModel {
             | Action::DecoderCrashes { request }
             | Action::DecodeRejects { request }
             | Action::ReadFails { request, .. }
+            | Action::ChildReportsAgain { request, .. }
             | Action::ReadCompletes { request, .. }
             | Action::HandshakeCompletes { request, .. }
                 if self.is_fault_action(action) =>
@@ -458,6 +486,7 @@ impl crate::checker::Checkable for ContractModel {
                 | Action::DecoderCrashes { .. }
                 | Action::DecodeRejects { .. }
                 | Action::ReadFails { .. }
+                | Action::ChildReportsAgain { .. }
         )
     }
 

@@ -6,6 +6,7 @@
 //! or the executor dropped its step.
 
 use crate::action::Action;
+use crate::decoder::ChildPoll;
 use crate::describe;
 use crate::state::{
     DecodeCell, HandlePhase, Incidents, LoadPhase, Metadata, Request, RequestId, SendPhase, State,
@@ -114,9 +115,11 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
             }
             Action::DecodeEngineSteps { .. } => {
                 for rank in 0..t.decode_world {
-                    if let (DecodeCell::Done { failed }, DecodeCell::Reported) =
-                        (before.decode_cell(rank, r), after.decode_cell(rank, r))
-                    {
+                    let poll = ChildPoll::between(
+                        (before.decode_cell(rank, r), before.child_load(rank, r)),
+                        (after.decode_cell(rank, r), after.child_load(rank, r)),
+                    );
+                    if let Some(failed) = poll.forwarded(t.recving_combine) {
                         made.push(Made {
                             rank,
                             request: r,
@@ -619,7 +622,9 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
         ),
         Action::PrefillWorkerLoads { .. }
         | Action::DecodeAdmits { .. }
-        | Action::DecoderCrashes { .. } => {}
+        | Action::DecoderCrashes { .. }
+        | Action::DecodeChildLoads { .. }
+        | Action::ChildReportsAgain { .. } => {}
     }
     what.extend(incident_line(before, after));
     if what.is_empty() {
@@ -690,6 +695,14 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::PrefillWorkerLoads { rank, request } => events.push(note(
             PrefillRank(rank),
             format!("req{request} own KV load done"),
+        )),
+        Action::DecodeChildLoads { decoder, request } => events.push(note(
+            DecodeRank(decoder),
+            format!("offloading child: req{request} loaded"),
+        )),
+        Action::ChildReportsAgain { decoder, request } => events.push(note(
+            DecodeRank(decoder),
+            format!("[FAULT] NIXL repeats req{request}'s finished load"),
         )),
         Action::LeaseExpires { rank, request } => events.push(note(
             PrefillRank(rank),

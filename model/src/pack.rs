@@ -80,6 +80,8 @@ impl Code for DecodeCell {
             DecodeCell::Done { failed: true } => 3,
             DecodeCell::Reported => 4,
             DecodeCell::Silent => 5,
+            DecodeCell::ReportsAgain => 6,
+            DecodeCell::ReportedTwice => 7,
         }
     }
 
@@ -91,6 +93,8 @@ impl Code for DecodeCell {
             3 => DecodeCell::Done { failed: true },
             4 => DecodeCell::Reported,
             5 => DecodeCell::Silent,
+            6 => DecodeCell::ReportsAgain,
+            7 => DecodeCell::ReportedTwice,
             _ => corrupt(),
         }
     }
@@ -130,7 +134,14 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
         ]);
     }
     out.extend(state.handles.iter().map(|&h| h.code()));
-    out.extend(state.decode.iter().map(|&d| d.code()));
+    // A D worker's two children share its byte.
+    out.extend(
+        state
+            .decode
+            .iter()
+            .zip(&state.child_loads)
+            .map(|(&d, &l)| field(d, 3, 0) | field(l, 2, 3)),
+    );
     out.extend_from_slice(&state.incidents.0.to_le_bytes());
     out.push(state.once);
     state.prefill_aggregator.pack(out);
@@ -171,10 +182,9 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
         .iter()
         .map(|&b| HandlePhase::decode(b))
         .collect();
-    let decode = take(usize::from(topology.decode_world) * n)
-        .iter()
-        .map(|&b| DecodeCell::decode(b))
-        .collect();
+    let workers = take(usize::from(topology.decode_world) * n);
+    let decode = workers.iter().map(|&b| unfield(b, 3, 0)).collect();
+    let child_loads = workers.iter().map(|&b| unfield(b, 2, 3)).collect();
     let incidents = Incidents(u16::from_le_bytes([take(1)[0], take(1)[0]]));
     let once = take(1)[0];
     let mut aggregator = || Aggregator::unpack(&mut bytes).unwrap_or_else(|| corrupt());
@@ -185,6 +195,7 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
         prefill,
         handles,
         decode,
+        child_loads,
         prefill_aggregator,
         decode_aggregator,
         incidents,
@@ -238,6 +249,8 @@ mod tests {
             DecodeCell::Done { failed: true },
             DecodeCell::Reported,
             DecodeCell::Silent,
+            DecodeCell::ReportsAgain,
+            DecodeCell::ReportedTwice,
         ]);
     }
 }

@@ -74,7 +74,7 @@ fn d_blocks_free_only_after_writes(_: &Config, s: &State) -> bool {
             s.requests[usize::from(r)].decode,
             DecodePhase::Failed | DecodePhase::Freed
         );
-        !(released && s.reading(r))
+        !(released && (s.reading(r) || s.child_loading(r)))
     })
 }
 
@@ -108,6 +108,7 @@ fn recvs_emitted_after_decoders(_: &Config, s: &State) -> bool {
             || handles_of_request(s, r)
                 .all(|h| !matches!(h, HandlePhase::Handshaking | HandlePhase::Reading))
                 && (q.prefix_hit || handles_of_request(s, r).all(|h| h != HandlePhase::NotPosted))
+                && !s.child_loading(r)
     })
 }
 
@@ -120,7 +121,10 @@ fn loads_emitted_after_workers(_: &Config, s: &State) -> bool {
 }
 
 fn woken_after_handles(_: &Config, s: &State) -> bool {
-    requests(s).all(|r| s.requests[usize::from(r)].decode != DecodePhase::Running || !s.reading(r))
+    requests(s).all(|r| {
+        s.requests[usize::from(r)].decode != DecodePhase::Running
+            || !(s.reading(r) || s.child_loading(r))
+    })
 }
 
 fn failures_not_reported_as_success(_: &Config, s: &State) -> bool {
@@ -204,7 +208,8 @@ pub const D_BLOCKS_FREED_UNDER_WRITE: Clause = Clause {
     property: "no-free-under-rdma",
     clause: "d-blocks-freed-under-write",
     kind: Kind::Safety,
-    meaning: "D released a request's blocks while RDMA was still writing into them",
+    meaning:
+        "D released a request's blocks while RDMA or a loading child was still writing into them",
     holds: d_blocks_free_only_after_writes,
 };
 pub const SEND_EMITTED_BEFORE_TRANSFER_RANKS_DONE: Clause = Clause { property: "quorum-sound", clause: "send-emitted-before-transfer-ranks-done", kind: Kind::Safety, meaning: "the aggregator emitted finished_sending before every P transfer rank was done with the request", holds: sends_emitted_after_transfer_ranks };
@@ -220,7 +225,7 @@ pub const RECV_EMITTED_BEFORE_DECODERS_DONE: Clause = Clause {
     clause: "recv-emitted-before-decoders-done",
     kind: Kind::Safety,
     meaning:
-        "the aggregator emitted finished_recving before every D handle of the request had stopped",
+        "the aggregator emitted finished_recving before every D handle and loading child of the request had stopped",
     holds: recvs_emitted_after_decoders,
 };
 pub const LOAD_EMITTED_BEFORE_WORKERS_DONE: Clause = Clause {
@@ -266,7 +271,7 @@ pub const WOKEN_WHILE_HANDLE_IN_FLIGHT: Clause = Clause {
     property: "recv-after-stable",
     clause: "woken-while-handle-in-flight",
     kind: Kind::Safety,
-    meaning: "D woke a request while one of its reads was still writing",
+    meaning: "D woke a request while one of its reads, or a loading child, was still writing",
     holds: woken_after_handles,
 };
 pub const FAILURE_REPORTED_AS_SUCCESS: Clause = Clause {

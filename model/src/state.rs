@@ -134,6 +134,11 @@ pub enum DecodeCell {
     Reported,
     /// Will never report this request.
     Silent,
+    /// Reported, and the connector reports it once more next step
+    /// (`faults.child-reports-twice`).
+    ReportsAgain,
+    /// Reported twice.
+    ReportedTwice,
 }
 
 /// Contract breaches seen on a transition (not visible in the resulting state alone).
@@ -246,8 +251,11 @@ pub struct State {
     pub prefill: SmallVec<[PrefillCell; 16]>,
     /// Per (read handle, request).
     pub handles: SmallVec<[HandlePhase; 16]>,
-    /// Per (D rank, request).
+    /// Per (D rank, request): NIXL's side of the worker.
     pub decode: SmallVec<[DecodeCell; 16]>,
+    /// Per (D rank, request): the offloading child's own load, when two MultiConnector
+    /// children load each request (`consumer.loading-children`).
+    pub child_loads: SmallVec<[LoadPhase; 16]>,
     /// P's aggregator: the real one. Shared copy-on-write: most transitions (reads,
     /// notifications, leases) leave both aggregators alone, and cloning their maps for
     /// every successor was a tenth of the search. Mutate through
@@ -267,6 +275,7 @@ impl State {
     pub const ONCE_COUNT_ANNOUNCED: u8 = 4;
     pub const ONCE_PREFILL_STEP_RAISED: u8 = 8;
     pub const ONCE_DECODE_STEP_RAISED: u8 = 16;
+    pub const ONCE_CHILD_REPORTED_TWICE: u8 = 32;
 
     pub fn request_count(&self) -> usize {
         self.requests.len()
@@ -297,6 +306,20 @@ impl State {
     pub fn decode_cell_mut(&mut self, rank: Rank, r: RequestId) -> &mut DecodeCell {
         let n = self.requests.len();
         &mut self.decode[usize::from(rank) * n + usize::from(r)]
+    }
+
+    pub fn child_load(&self, rank: Rank, r: RequestId) -> LoadPhase {
+        self.child_loads[usize::from(rank) * self.requests.len() + usize::from(r)]
+    }
+
+    pub fn child_load_mut(&mut self, rank: Rank, r: RequestId) -> &mut LoadPhase {
+        let n = self.requests.len();
+        &mut self.child_loads[usize::from(rank) * n + usize::from(r)]
+    }
+
+    /// Is any D worker's offloading child still writing request `r`'s blocks?
+    pub fn child_loading(&self, r: RequestId) -> bool {
+        (0..self.topology().decode_world).any(|d| self.child_load(d, r) == LoadPhase::Loading)
     }
 
     /// P's aggregator, unshared first if another state holds it too.
@@ -357,6 +380,8 @@ impl State {
             DecodeCell::Loading => 1,
             DecodeCell::Done { .. } => 2,
             DecodeCell::Reported | DecodeCell::Silent => 3,
+            DecodeCell::ReportsAgain => 4,
+            DecodeCell::ReportedTwice => 5,
         };
         let requests: u32 = self
             .requests
@@ -376,7 +401,8 @@ impl State {
             .map(|c| u32::from(c.notifications) + send(c.send) + c.store as u32 + c.load as u32)
             .sum();
         let handles: u32 = self.handles.iter().map(|&h| handle(h)).sum();
-        let decode: u32 = self.decode.iter().map(|&c| decode_cell(c)).sum();
+        let decode: u32 = self.decode.iter().map(|&c| decode_cell(c)).sum::<u32>()
+            + self.child_loads.iter().map(|&l| l as u32).sum::<u32>();
         requests + cells + handles + decode + self.incidents.0.count_ones() + self.once.count_ones()
     }
 }

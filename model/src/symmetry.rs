@@ -56,6 +56,11 @@ impl State {
                     n,
                 );
                 next.decode = gather(decode_from.iter().map(|&k| usize::from(k)), &next.decode, n);
+                next.child_loads = gather(
+                    decode_from.iter().map(|&k| usize::from(k)),
+                    &next.child_loads,
+                    n,
+                );
                 next.handles = gather(handle_from.iter().copied(), &next.handles, n);
                 next
             }
@@ -117,8 +122,11 @@ impl State {
         let n = self.request_count();
         let prefill_row =
             |rank: Rank| &self.prefill[usize::from(rank) * n..(usize::from(rank) + 1) * n];
-        let decode_row =
-            |rank: Rank| &self.decode[usize::from(rank) * n..(usize::from(rank) + 1) * n];
+        // A D rank's row: NIXL's cells, then the offloading child's loads.
+        let decode_row = |rank: Rank| {
+            let cells = usize::from(rank) * n..(usize::from(rank) + 1) * n;
+            (&self.decode[cells.clone()], &self.child_loads[cells])
+        };
         let handle_row = |h: usize| &self.handles[h * n..(h + 1) * n];
 
         // Groups compare by their rows in order: P ranks, then D ranks, then handles

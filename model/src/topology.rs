@@ -11,7 +11,7 @@
 
 use crate::config::{
     Attention, Config, Connector, ExpectedCount, FailedStep, MlaNotify, NotifyId, PcpLayout,
-    StageOutput,
+    RecvingCombine, StageOutput,
 };
 use kvcc_aggregator::Rank;
 
@@ -68,6 +68,8 @@ pub struct Topology {
     /// What follows a worker's raising step (`scheduler.failed-step`): traces say whether
     /// its reports were dropped or kept.
     pub failed_step: FailedStep,
+    /// How D's MultiConnector combines its children's reports (the trace tells it).
+    pub recving_combine: RecvingCombine,
 }
 
 impl Topology {
@@ -193,6 +195,7 @@ impl Topology {
             prefill_announced,
             leases: config.producer.lease,
             failed_step: config.scheduler.failed_step,
+            recving_combine: config.consumer.recving_combine,
             decode_expected,
         }
     }

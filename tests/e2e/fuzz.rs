@@ -282,6 +282,12 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "rejection-notice",
         &["\"none\"", "\"notifies-prefill\""],
     ),
+    ("consumer", "loading-children", &["1", "2"]),
+    (
+        "consumer",
+        "recving-combine",
+        &["\"union\"", "\"counted\"", "\"per-child\""],
+    ),
     ("scheduler", "abort-finished", &["\"ignore\"", "\"free\""]),
     (
         "scheduler",
@@ -312,6 +318,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("faults", "lost-notification", &["false", "true"]),
     ("faults", "decoder-never-reads", &["false", "true"]),
     ("faults", "rejected-before-admission", &["false", "true"]),
+    ("faults", "child-reports-twice", &["false", "true"]),
     ("faults", "late-read-after-lease", &["false", "true"]),
     ("faults", "handshake-failure", &["false", "true"]),
     ("faults", "transfer-error", &["false", "true"]),

@@ -600,7 +600,24 @@ fn receive_waiting(path: &Path, d: Rank, r: RequestId) -> (String, bool) {
             format!("never got req{r}'s load metadata{idle}"),
             false,
         ),
-        DecodeCell::Reported => (
+        DecodeCell::Reported | DecodeCell::ReportedTwice
+            if matches!(end.child_load(d, r), LoadPhase::Loading | LoadPhase::Done) =>
+        {
+            let child = end.child_load(d, r);
+            (
+                format!(
+                    "its NIXL child reported req{r}, and the MultiConnector holds it for the offloading child, whose load is {} ({})",
+                    format!("{child:?}").to_lowercase(),
+                    path.when(|s| s.child_load(d, r))
+                ),
+                child == LoadPhase::Loading || steps,
+            )
+        }
+        DecodeCell::ReportsAgain => (
+            format!("hands over req{r}'s finished load once more at D's next step{idle}"),
+            steps,
+        ),
+        DecodeCell::Reported | DecodeCell::ReportedTwice => (
             format!("reported req{r} before the run began"),
             false,
         ),
@@ -757,6 +774,21 @@ impl Path<'_> {
             .collect()
     }
 
+    /// `meets: D rank d's offloading child still loading rR (since step N)`, for each D
+    /// worker whose second loading child is still writing `r`'s blocks.
+    fn children_loading(&self, r: RequestId) -> Vec<String> {
+        let end = self.last();
+        (0..end.topology().decode_world)
+            .filter(|&d| end.child_load(d, r) == LoadPhase::Loading)
+            .map(|d| {
+                format!(
+                    "meets: D rank {d}'s offloading child still loading req{r} ({})",
+                    self.when(|s| s.child_load(d, r))
+                )
+            })
+            .collect()
+    }
+
     fn emitted(&self, r: RequestId, bit: u8) -> bool {
         self.last().requests[usize::from(r)].emitted & bit != 0
     }
@@ -805,11 +837,13 @@ fn freed_under_read(path: &Path, r: RequestId) -> Vec<String> {
 
 fn decode_under_write(path: &Path, r: RequestId, phases: &[DecodePhase]) -> Vec<String> {
     let end = path.last();
-    if !(phases.contains(&end.requests[usize::from(r)].decode) && end.reading(r)) {
+    let writing = end.reading(r) || end.child_loading(r);
+    if !(phases.contains(&end.requests[usize::from(r)].decode) && writing) {
         return Vec::new();
     }
     let mut lines = vec![path.decode_line(r)];
     lines.extend(path.reads_in(r, &[HandlePhase::Reading]));
+    lines.extend(path.children_loading(r));
     lines
 }
 
@@ -882,7 +916,7 @@ fn sent_before_stores(path: &Path, r: RequestId) -> Vec<String> {
 }
 
 fn received_before_reads(path: &Path, r: RequestId) -> Vec<String> {
-    let busy = path.reads_in(
+    let mut busy = path.reads_in(
         r,
         &[
             HandlePhase::NotPosted,
@@ -890,6 +924,7 @@ fn received_before_reads(path: &Path, r: RequestId) -> Vec<String> {
             HandlePhase::Reading,
         ],
     );
+    busy.extend(path.children_loading(r));
     if !path.emitted(r, Request::EMITTED_RECV) || busy.is_empty() {
         return Vec::new();
     }

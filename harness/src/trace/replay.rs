@@ -296,7 +296,11 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         }
         Action::HandshakeCompletes {
             decoder, request, ..
-        } => decoder < t.decode_world && request_ok(request),
+        }
+        | Action::DecodeChildLoads { decoder, request }
+        | Action::ChildReportsAgain { decoder, request } => {
+            decoder < t.decode_world && request_ok(request)
+        }
         Action::ReadCompletes {
             handle, request, ..
         }
