@@ -158,6 +158,21 @@ pub struct Producer {
     /// A lease (`kv_lease_duration`) per P rank: expiry reports the request as sent.
     pub lease: bool,
     pub mla_notify: MlaNotify,
+    pub lease_reaper: LeaseReaper,
+}
+
+/// How a P worker's `get_finished` reaps expired leases from `_reqs_to_send`, a dict in
+/// insertion order (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseReaper {
+    /// From the oldest entry, stopping at the first lease not yet expired: current
+    /// vLLM, which assumes deadlines follow insertion order. D's heartbeats (vLLM PR
+    /// #41383) renew a lease in place, so a renewed entry keeps its early position with
+    /// a late deadline, and expired leases behind it stay held (vLLM issue #58222).
+    HeadOnly,
+    /// Every entry, whatever its position (vLLM PR #50789).
+    FullScan,
 }
 
 impl Default for Producer {
@@ -167,6 +182,7 @@ impl Default for Producer {
             clear_replicated: false,
             lease: true,
             mla_notify: MlaNotify::EveryCoveredRank,
+            lease_reaper: LeaseReaper::HeadOnly,
         }
     }
 }

@@ -9,7 +9,9 @@
 
 use crate::config::{Config, FailedHandle, FailedLoad, PrefixHit, RecvingCombine, RejectionNotice};
 use crate::rank;
-use crate::state::{DecodeCell, DecodePhase, HandlePhase, LoadPhase, RequestId, State};
+use crate::state::{
+    DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Request, RequestId, State,
+};
 use kvcc_aggregator::Rank;
 
 /// `start_load_kv` on D rank `decoder`: post its handles, or notify P on a prefix hit.
@@ -129,7 +131,8 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
 /// What D worker `worker` forwards for `r` at this step's poll: each child hands over its
 /// report if it has one, and the MultiConnector's combine rule decides whether the
 /// worker's `finished_recving` carries `r`. `Some(failed)` when it does (`failed`: also
-/// in `failed_recving`).
+/// in `failed_recving`). A worker that forwards `r` a second time is an incident: the
+/// aggregator counts it again.
 pub fn forward_reports(
     config: &Config,
     state: &mut State,
@@ -148,7 +151,18 @@ pub fn forward_reports(
         *child = LoadPhase::Reported;
     }
     let after = (state.decode_cell(worker, r), state.child_load(worker, r));
-    ChildPoll::between(before, after).forwarded(config.consumer.recving_combine)
+    let poll = ChildPoll::between(before, after);
+    let combine = config.consumer.recving_combine;
+    let forwarded = poll.forwarded(combine);
+    if forwarded.is_some() && poll.forwarded_before(combine) {
+        let emitted = state.requests[usize::from(r)].emitted & Request::EMITTED_RECV != 0;
+        state.incidents.set(if emitted {
+            Incidents::REPORTED_AFTER_EMISSION
+        } else {
+            Incidents::REPORTED_TWICE
+        });
+    }
+    forwarded
 }
 
 /// One D worker's children at one poll, for one request: the one place that says what
@@ -188,6 +202,17 @@ impl ChildPoll {
             reporters_before: u8::from(nixl_reports(before.0) > 0)
                 + u8::from(before.1 == LoadPhase::Reported),
             now: [nixl_now, child_now],
+        }
+    }
+
+    /// Had the worker forwarded the request at an earlier poll? Under the union every
+    /// report went out; a count absorbs the first `children - 1`; per child, only the
+    /// poll at which the last child first reported forwards.
+    pub fn forwarded_before(&self, combine: RecvingCombine) -> bool {
+        match combine {
+            RecvingCombine::Union => self.earlier > 0,
+            RecvingCombine::Counted => self.earlier >= self.children,
+            RecvingCombine::PerChild => self.reporters_before == self.children,
         }
     }
 

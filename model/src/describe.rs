@@ -231,6 +231,14 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
             format!("P req{i} send metadata"),
             Value::text(metadata(q.send_meta)),
         );
+        if t.ordered_leases {
+            // Steps that delivered send metadata before its own: its place in P's
+            // `_reqs_to_send`, which a head-only reaper walks in order.
+            facts.insert(
+                format!("P req{i} queued after"),
+                Value::Int(i64::from(q.queued_after)),
+            );
+        }
         facts.insert(
             format!("D req{i}"),
             Value::text(decode_phase(q.decode, q.prefix_hit)),
@@ -250,6 +258,9 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
                 SendPhase::InBatch => "in batch",
                 SendPhase::ToSend if t.leases => "to send (lease armed)",
                 SendPhase::ToSend => "to send (waiting for D's reads)",
+                SendPhase::Expired => {
+                    "lease expired, HELD: the reaper stops at an earlier live lease"
+                }
                 SendPhase::Done => "done, report pending",
                 SendPhase::Reported => "reported",
                 SendPhase::Cleared => {
@@ -406,7 +417,7 @@ fn metadata(meta: Metadata) -> String {
 
 /// The contract breaches in `incidents`, named (a set: `-` when empty).
 pub fn incidents(incidents: Incidents) -> Value {
-    const NAMES: [(u16, &str); 12] = [
+    const NAMES: [(u16, &str); 15] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
             "finished_sending for unknown request",
@@ -439,6 +450,15 @@ pub fn incidents(incidents: Incidents) -> Value {
         (
             Incidents::NONE_OUTPUT,
             "a rank before the last pipeline stage returned no output (None): the aggregator asserts, the engine dies",
+        ),
+        (Incidents::REPORTED_TWICE, "a rank reported a request twice"),
+        (
+            Incidents::REPORTED_AFTER_EMISSION,
+            "a rank reported a request again after its emission",
+        ),
+        (
+            Incidents::LEASE_SKIPPED,
+            "an expired lease held: the reaper stopped at a live one",
         ),
     ];
     Value::Set(

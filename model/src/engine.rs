@@ -46,8 +46,26 @@ pub fn prefill_step(
             state.prefill_cell_mut(worker, r).send = send;
         }
     }
-    for r in 0..state.request_count() as RequestId {
-        advance(&mut state.requests[usize::from(r)].send_meta);
+    // Requests whose send metadata arrives now go behind every earlier one in
+    // `_reqs_to_send`.
+    let delivered_before = state
+        .requests
+        .iter()
+        .filter(|q| q.send_meta == Metadata::Delivered)
+        .count() as u8;
+    let ordered = state.topology().ordered_leases;
+    for q in state.requests.iter_mut() {
+        if advance(&mut q.send_meta) && ordered {
+            q.queued_after = delivered_before;
+        }
+    }
+    // The reaper's scan left an expired lease behind a live one.
+    let skipped = (0..state.topology().prefill_world).any(|k| {
+        (0..state.request_count() as RequestId)
+            .any(|r| state.prefill_cell(k, r).send == SendPhase::Expired)
+    });
+    if skipped {
+        state.incidents.set(Incidents::LEASE_SKIPPED);
     }
     offload::complete(state, stores_done);
 

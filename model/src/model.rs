@@ -85,6 +85,7 @@ impl ContractModel {
                     aborted: false,
                     emitted: 0,
                     rescue: 0,
+                    queued_after: 0,
                 };
                 n
             ],
@@ -327,7 +328,13 @@ impl ContractModel {
                 ))
             }
             Action::LeaseExpires { rank, request } => {
-                next.prefill_cell_mut(rank, request).send = SendPhase::Done
+                // Held if the reaper will stop before it; else as good as reaped: the
+                // entries before it can only leave or expire, and later ones go behind.
+                next.prefill_cell_mut(rank, request).send =
+                    match crate::rank::reaper_stop(state, rank, request) {
+                        Some(_) => SendPhase::Expired,
+                        None => SendPhase::Done,
+                    }
             }
             Action::DecodeAdmits {
                 request,

@@ -495,6 +495,24 @@ fn worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
     lines
 }
 
+/// Expired leases a P step's reaper left behind a live one.
+fn skipped_lines(t: &Topology, after: &State) -> Vec<String> {
+    let mut lines = Vec::new();
+    for k in 0..t.prefill_world {
+        for r in 0..after.request_count() as RequestId {
+            if after.prefill_cell(k, r).send != SendPhase::Expired {
+                continue;
+            }
+            if let Some(q) = crate::rank::reaper_stop(after, k, r) {
+                lines.push(format!(
+                    "P rank {k}'s reaper stops at req{q}, whose lease is live, and skips req{r}, whose lease expired"
+                ));
+            }
+        }
+    }
+    lines
+}
+
 /// P workers' own changes outside reports: leases armed, stores started.
 fn prefill_worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
     let mut lines = Vec::new();
@@ -562,6 +580,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
         Action::PrefillEngineSteps { .. } => {
             what.extend(metadata_lines(true, before, after));
             what.extend(prefill_worker_lines(t, before, after));
+            what.extend(skipped_lines(t, after));
             what.extend(report_lines("P", &reports(action, before, after)));
             what.extend(outcome_lines("P", before, after));
             if what.is_empty() {
@@ -605,9 +624,14 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                 1 => format!(", while {} still reads it,", ranks("D", &reading)),
                 _ => format!(", while {} still read it,", ranks("D", &reading)),
             };
-            what.push(format!(
-                "P rank {rank} counts req{request} as sent{still} and reports it at its next step"
-            ));
+            match crate::rank::reaper_stop(after, rank, request) {
+                Some(q) => what.push(format!(
+                    "its reaper stops at req{q}, an earlier entry whose lease D keeps renewing, so req{request} stays HELD past its deadline{still}"
+                )),
+                None => what.push(format!(
+                    "P rank {rank} counts req{request} as sent{still} and reports it at its next step"
+                )),
+            }
         }
         Action::PrefillFinishes { .. } => what.extend(prefill_worker_lines(t, before, after)),
         Action::ClientAborts { .. } => what.extend(

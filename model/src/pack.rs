@@ -47,7 +47,7 @@ macro_rules! codes {
 codes! {
     PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed }
     DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed }
-    SendPhase { InBatch, ToSend, Done, Reported, Cleared, Silent }
+    SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
     StorePhase { NotUsed, Storing, Stored }
     LoadPhase { NotUsed, Loading, Done, Reported }
     HandlePhase { NotPosted, Handshaking, Reading, Done, Failed }
@@ -124,7 +124,7 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
                 | u8::from(q.aborted) << 7,
             q.send_meta.code(),
             q.recv_meta.code(),
-            q.emitted | q.rescue << 4,
+            q.emitted | q.rescue << 4 | q.queued_after << 6,
         ]);
     }
     for cell in &state.prefill {
@@ -165,7 +165,8 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
             send_meta: Metadata::decode(b[1]),
             recv_meta: Metadata::decode(b[2]),
             emitted: b[3] & 0x0f,
-            rescue: b[3] >> 4,
+            rescue: (b[3] >> 4) & 0x03,
+            queued_after: b[3] >> 6,
         })
         .collect();
     let n = requests.len();

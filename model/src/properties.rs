@@ -32,7 +32,7 @@ pub struct Clause {
     pub holds: fn(&Config, &State) -> bool,
 }
 
-pub const PROPERTIES: [&str; 11] = [
+pub const PROPERTIES: [&str; 12] = [
     "no-free-under-rdma",
     "quorum-sound",
     "exactly-once",
@@ -40,6 +40,7 @@ pub const PROPERTIES: [&str; 11] = [
     "recv-after-stable",
     "count-conserved",
     "lease-rescues-faults-only",
+    "leases-reaped",
     "engine-survives",
     "eventually-freed",
     "eventually-woken",
@@ -189,11 +190,18 @@ incident_free!(
 incident_free!(no_send_without_delay, Incidents::SEND_WITHOUT_DELAY);
 incident_free!(no_unannounced_report, Incidents::STRICT_UNANNOUNCED);
 incident_free!(no_reopened_countdown, Incidents::REOPENED);
-incident_free!(no_duplicate_report, Incidents::STRICT_DUPLICATE);
-incident_free!(no_report_after_emission, Incidents::STRICT_AFTER_EMISSION);
+incident_free!(
+    no_duplicate_report,
+    Incidents::STRICT_DUPLICATE | Incidents::REPORTED_TWICE
+);
+incident_free!(
+    no_report_after_emission,
+    Incidents::STRICT_AFTER_EMISSION | Incidents::REPORTED_AFTER_EMISSION
+);
 incident_free!(no_report_beyond_expected, Incidents::STRICT_BEYOND_EXPECTED);
 incident_free!(no_free_by_lease_alone, Incidents::FREED_BY_LEASE_ALONE);
 incident_free!(no_none_output, Incidents::NONE_OUTPUT);
+incident_free!(no_lease_skipped, Incidents::LEASE_SKIPPED);
 
 /// The clauses, each defined once: its property, name, kind, meaning and rule. Code
 /// that names a clause (conform's monitors, reports) uses these constants.
@@ -248,7 +256,7 @@ pub const DUPLICATE_REPORT: Clause = Clause {
     clause: "duplicate-report",
     kind: Kind::Safety,
     meaning:
-        "a rank reported the same request twice (the Strict aggregator refused the second report)",
+        "a rank reported the same request twice (Strict refuses the second report, Countdown counts it again)",
     holds: no_duplicate_report,
 };
 pub const REPORT_AFTER_EMISSION: Clause = Clause {
@@ -256,7 +264,7 @@ pub const REPORT_AFTER_EMISSION: Clause = Clause {
     clause: "report-after-emission",
     kind: Kind::Safety,
     meaning:
-        "a rank of the emitted quorum reported the request again (refused by the Strict aggregator)",
+        "a rank reported the request again after it was emitted (Strict refuses it, Countdown opens a fresh entry)",
     holds: no_report_after_emission,
 };
 pub const SEND_WITHOUT_DELAYED_FREE: Clause = Clause {
@@ -307,6 +315,15 @@ pub const REPORT_BEYOND_EXPECTED: Clause = Clause {
 // decoder); a request that P frees only by its lease in a run where no fault touched
 // it shows a happy path that never completes, which eventually-freed alone accepts.
 pub const FREED_ONLY_BY_LEASE_EXPIRY: Clause = Clause { property: "lease-rescues-faults-only", clause: "freed-only-by-lease-expiry", kind: Kind::Safety, meaning: "P freed a request's blocks only because a lease expired, though no injected fault touched the request", holds: no_free_by_lease_alone };
+// A lease bounds how long P holds blocks nobody will read; a reaper that stops at a live
+// lease holds every expired one behind it for as long as that lease is renewed.
+pub const EXPIRED_LEASE_HELD_BEHIND_LIVE_ONE: Clause = Clause {
+    property: "leases-reaped",
+    clause: "expired-lease-held-behind-live-one",
+    kind: Kind::Safety,
+    meaning: "a P rank's reaper left a request whose lease had expired, stopping at an earlier entry whose lease is still live",
+    holds: no_lease_skipped,
+};
 pub const NONE_OUTPUT_AT_NON_OUTPUT_RANK: Clause = Clause {
     property: "engine-survives",
     clause: "none-output-at-non-output-rank",
@@ -377,6 +394,7 @@ pub const CLAUSES: &[Clause] = &[
     COUNTDOWN_REOPENED,
     REPORT_BEYOND_EXPECTED,
     FREED_ONLY_BY_LEASE_EXPIRY,
+    EXPIRED_LEASE_HELD_BEHIND_LIVE_ONE,
     NONE_OUTPUT_AT_NON_OUTPUT_RANK,
     DELAY_FREED_REQUEST_NEVER_FREED,
     LOADER_NEVER_WOKEN,

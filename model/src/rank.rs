@@ -19,6 +19,9 @@ pub fn send_at_poll(config: &Config, state: &State, rank: Rank, r: RequestId) ->
     let request = &state.requests[usize::from(r)];
     let transfer = state.topology().is_transfer(rank);
     let mut send = state.prefill_cell(rank, r).send;
+    if send == SendPhase::Expired && reaper_stop(state, rank, r).is_none() {
+        send = SendPhase::Done;
+    }
     if request.send_meta == Metadata::Due(1) {
         send = armed(config, transfer, send);
     }
@@ -55,13 +58,31 @@ fn armed(config: &Config, transfer: bool, send: SendPhase) -> SendPhase {
 pub fn receive_notification(state: &mut State, rank: Rank, r: RequestId) {
     let expected = state.topology().expected_consumers[usize::from(rank)];
     let cell = state.prefill_cell_mut(rank, r);
-    // After completion (lease expiry, say) vLLM only logs a notification.
-    if matches!(cell.send, SendPhase::InBatch | SendPhase::ToSend) {
+    // After completion (lease expiry, say) vLLM only logs a notification; an expired
+    // lease the reaper has not reached is still in `_reqs_to_send` and counts it.
+    if matches!(
+        cell.send,
+        SendPhase::InBatch | SendPhase::ToSend | SendPhase::Expired
+    ) {
         cell.notifications += 1;
         if cell.notifications >= expected {
             cell.send = SendPhase::Done;
         }
     }
+}
+
+/// The request at which `rank`'s head-only reaper stops before reaching `r`: the
+/// earliest entry of `_reqs_to_send` ahead of `r` whose lease is still live. None when
+/// nothing stops it (or the reaper scans every entry).
+pub fn reaper_stop(state: &State, rank: Rank, r: RequestId) -> Option<RequestId> {
+    if !state.topology().ordered_leases {
+        return None;
+    }
+    let place = |q: RequestId| (state.requests[usize::from(q)].queued_after, q);
+    (0..state.request_count() as RequestId)
+        .filter(|&q| place(q) < place(r))
+        .filter(|&q| state.prefill_cell(rank, q).send == SendPhase::ToSend)
+        .min_by_key(|&q| place(q))
 }
 
 /// Would this rank put `r` in `finished_sending` this step? Under a MultiConnector the

@@ -73,6 +73,9 @@ pub enum SendPhase {
     InBatch,
     /// Send metadata arrived (`_reqs_to_send`): the lease, if any, runs.
     ToSend,
+    /// The lease expired, but the reaper has not reached it: it stops at an earlier
+    /// entry whose lease is still live (`producer.lease-reaper = "head-only"`).
+    Expired,
     /// Completion reached (notifications, lease expiry, or synthetic): reported next step.
     Done,
     Reported,
@@ -171,6 +174,14 @@ impl Incidents {
     pub const FREED_BY_LEASE_ALONE: u16 = 1 << 10;
     /// A worker other than the output rank handed the aggregator no output (`None`).
     pub const NONE_OUTPUT: u16 = 1 << 11;
+    /// A P rank's reaper left a request whose lease had expired, stopping at an earlier
+    /// entry whose lease was still live.
+    pub const LEASE_SKIPPED: u16 = 1 << 12;
+    /// A worker forwarded a request it had forwarded before (Countdown counts it again;
+    /// Strict's refusal of the same report is [`Incidents::STRICT_DUPLICATE`]), before
+    /// the request was emitted, or after.
+    pub const REPORTED_TWICE: u16 = 1 << 13;
+    pub const REPORTED_AFTER_EMISSION: u16 = 1 << 14;
 
     pub fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
@@ -198,6 +209,10 @@ pub struct Request {
     /// How a lease came to free it, kept (with leases on) until P frees its blocks:
     /// [`Request::FAULTED`], [`Request::LEASE_EXPIRED`].
     pub rescue: u8,
+    /// Its place in P's `_reqs_to_send`: how many steps delivered send metadata before
+    /// the one that delivered its own (requests of one step go in id order). Kept only
+    /// where the reaper reads it ([`crate::topology::Topology::ordered_leases`]), else 0.
+    pub queued_after: u8,
 }
 
 impl Request {
@@ -366,8 +381,9 @@ impl State {
         let send = |s: SendPhase| match s {
             SendPhase::InBatch => 0,
             SendPhase::ToSend => 1,
-            SendPhase::Done => 2,
-            SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent => 3,
+            SendPhase::Expired => 2,
+            SendPhase::Done => 3,
+            SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent => 4,
         };
         let handle = |h: HandlePhase| match h {
             HandlePhase::NotPosted => 0,

@@ -80,7 +80,7 @@ fn holds_at<const I: usize>(model: &ContractModel, state: &State) -> bool {
 
 /// One wrapper per clause of the registry, in its order; the length is checked at
 /// compile time, so a clause added to `CLAUSES` without a wrapper does not build.
-const RULES: [fn(&ContractModel, &State) -> bool; 25] = [
+const RULES: [fn(&ContractModel, &State) -> bool; 26] = [
     holds_at::<0>,
     holds_at::<1>,
     holds_at::<2>,
@@ -106,6 +106,7 @@ const RULES: [fn(&ContractModel, &State) -> bool; 25] = [
     holds_at::<22>,
     holds_at::<23>,
     holds_at::<24>,
+    holds_at::<25>,
 ];
 const _: () = assert!(RULES.len() == CLAUSES.len());
 

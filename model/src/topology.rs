@@ -10,8 +10,8 @@
 //! read plan, and may owe notify-only messages to covered ranks it does not read (MLA).
 
 use crate::config::{
-    Attention, Config, Connector, ExpectedCount, FailedStep, MlaNotify, NotifyId, PcpLayout,
-    RecvingCombine, StageOutput,
+    Attention, Config, Connector, ExpectedCount, FailedStep, LeaseReaper, MlaNotify, NotifyId,
+    PcpLayout, RecvingCombine, StageOutput,
 };
 use kvcc_aggregator::Rank;
 
@@ -65,6 +65,9 @@ pub struct Topology {
     /// Whether a transfer rank arms a lease when the send metadata arrives
     /// (`producer.lease`): traces say "lease armed" only then.
     pub leases: bool,
+    /// Whether the order of P's `_reqs_to_send` matters: leases reaped head-only, and
+    /// more than one request to order. Only then do states record it.
+    pub ordered_leases: bool,
     /// What follows a worker's raising step (`scheduler.failed-step`): traces say whether
     /// its reports were dropped or kept.
     pub failed_step: FailedStep,
@@ -194,6 +197,9 @@ impl Topology {
             prefill_expected,
             prefill_announced,
             leases: config.producer.lease,
+            ordered_leases: config.producer.lease
+                && config.producer.lease_reaper == LeaseReaper::HeadOnly
+                && config.requests > 1,
             failed_step: config.scheduler.failed_step,
             recving_combine: config.consumer.recving_combine,
             decode_expected,

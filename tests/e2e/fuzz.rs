@@ -254,6 +254,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("producer", "lease", &["false", "true"]),
     (
         "producer",
+        "lease-reaper",
+        &["\"head-only\"", "\"full-scan\""],
+    ),
+    (
+        "producer",
         "mla-notify",
         &["\"read-ranks-only\"", "\"every-covered-rank\""],
     ),

@@ -21,7 +21,7 @@ use kvcc_model::state::{
     DecodeCell, DecodePhase, HandlePhase, LoadPhase, Metadata, PrefillPhase, Request, RequestId,
     SendPhase, State, StorePhase,
 };
-use kvcc_model::{describe, scheduler, Action, ContractModel};
+use kvcc_model::{describe, rank, scheduler, Action, ContractModel};
 use stateright::Model;
 
 /// The diagnosis lines of `counterexample`; a line indented by two spaces belongs to the
@@ -415,6 +415,15 @@ fn send_waiting(path: &Path, rank: Rank, r: RequestId) -> (String, bool) {
             format!("is done with req{r} ({since}) and reports it at P's next step{idle}"),
             steps,
         ),
+        SendPhase::Expired => {
+            let stop = rank::reaper_stop(end, rank, r)
+                .map(|q| format!("req{q}, whose lease is still live"))
+                .unwrap_or_else(|| "nothing now: it is reaped at P's next step".into());
+            (
+                format!("holds req{r} although its lease expired ({since}): its reaper stops at {stop}{idle}"),
+                steps,
+            )
+        }
         SendPhase::ToSend | SendPhase::InBatch => {
             let unarmed = end.requests[usize::from(r)].send_meta != Metadata::Delivered;
             let mut line = if unarmed && steps {
@@ -670,7 +679,7 @@ fn safety(path: &Path, clause: &str) -> Vec<String> {
 /// for each request the clause's rule catches.
 fn conflicts(path: &Path, clause: &str) -> Vec<String> {
     type Rule = fn(&Path, RequestId) -> Vec<String>;
-    let rules: [(&str, Rule); 9] = [
+    let rules: [(&str, Rule); 10] = [
         (clauses::P_BLOCKS_FREED_UNDER_READ.clause, freed_under_read),
         (
             clauses::D_BLOCKS_FREED_UNDER_WRITE.clause,
@@ -701,6 +710,10 @@ fn conflicts(path: &Path, clause: &str) -> Vec<String> {
             before_loads,
         ),
         (clauses::PREFILL_BEFORE_LOAD_COMPLETE.clause, before_loads),
+        (
+            clauses::EXPIRED_LEASE_HELD_BEHIND_LIVE_ONE.clause,
+            held_behind_live_lease,
+        ),
     ];
     match rules.iter().find(|(name, _)| *name == clause) {
         Some((_, rule)) => (0..path.last().request_count() as RequestId)
@@ -820,6 +833,29 @@ impl Path<'_> {
             countdown.direction()
         )
     }
+}
+
+fn held_behind_live_lease(path: &Path, r: RequestId) -> Vec<String> {
+    let end = path.last();
+    let mut lines = Vec::new();
+    for k in 0..end.topology().prefill_world {
+        if end.prefill_cell(k, r).send != SendPhase::Expired {
+            continue;
+        }
+        let Some(q) = rank::reaper_stop(end, k, r) else {
+            continue;
+        };
+        lines.push(format!(
+            "P rank {k} holds req{r}, whose lease expired ({})",
+            path.when(|s| s.prefill_cell(k, r).send)
+        ));
+        lines.push(format!(
+            "meets: req{q}, inserted ahead of it in P rank {k}'s _reqs_to_send, whose lease D's heartbeats keep renewing while D has it as: {} ({})",
+            describe::decode_phase(end.requests[usize::from(q)].decode, end.requests[usize::from(q)].prefix_hit),
+            path.when(|s| s.requests[usize::from(q)].decode)
+        ));
+    }
+    lines
 }
 
 fn freed_under_read(path: &Path, r: RequestId) -> Vec<String> {
