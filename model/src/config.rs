@@ -28,6 +28,9 @@ pub struct Config {
     pub policy: AggregatorPolicy,
     #[serde(default)]
     pub connector: Connector,
+    /// Which side moves the KV.
+    #[serde(default)]
+    pub transfer: Transfer,
     #[serde(default)]
     pub producer: Producer,
     #[serde(default)]
@@ -136,6 +139,20 @@ pub enum AggregatorPolicy {
     Strict,
 }
 
+/// How NIXL moves a request's KV from P to D.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transfer {
+    /// D reads P's blocks and notifies P, which counts the notifications (NIXL's
+    /// default).
+    #[default]
+    PullReads,
+    /// P writes into D's blocks (nixl/push_worker.py, vLLM PR #35264): a P rank's send
+    /// completes when its own WRITEs do, and each WRITE notifies the D rank it wrote,
+    /// which counts them (one per P rank writing into it) before reporting the load.
+    PushWrites,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Connector {
@@ -159,6 +176,19 @@ pub struct Producer {
     pub lease: bool,
     pub mla_notify: MlaNotify,
     pub lease_reaper: LeaseReaper,
+    pub push_completion: PushCompletion,
+}
+
+/// What a P rank does with its own WRITEs' completions (`transfer = "push-writes"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PushCompletion {
+    /// Reported as sent once every WRITE of the request is done (vLLM PR #58188).
+    Reported,
+    /// Filtered out: #56104 routed push completions through the receive-side
+    /// bookkeeping, where P's WRITEs are unknown, so P never reports a pushed request
+    /// and only its lease frees the blocks (the regression #58188 fixes).
+    Filtered,
 }
 
 /// How a P worker's `get_finished` reaps expired leases from `_reqs_to_send`, a dict in
@@ -183,6 +213,7 @@ impl Default for Producer {
             lease: true,
             mla_notify: MlaNotify::EveryCoveredRank,
             lease_reaper: LeaseReaper::HeadOnly,
+            push_completion: PushCompletion::Reported,
         }
     }
 }
@@ -223,6 +254,19 @@ pub struct Consumer {
     /// their part, as the compose mode proposed in vLLM PR #50546 does.
     pub loading_children: u8,
     pub recving_combine: RecvingCombine,
+    pub push_failure: PushFailure,
+}
+
+/// What D hears when a P WRITE into it fails (`faults.push-write-fails`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PushFailure {
+    /// Nothing: D counts P's notifications and never gets the failed WRITE's, so the
+    /// request waits for ever (current vLLM; vLLM PR #50754 describes the hang).
+    Unannounced,
+    /// P sends D a failure notice (#50754's `PUSH_FAIL`), and D reports the load failed
+    /// once every WRITE into it has stopped, for `kv_load_failure_policy` to handle.
+    Notified,
 }
 
 /// How D's MultiConnector turns its children's `finished_recving` into its worker's
@@ -282,6 +326,7 @@ impl Default for Consumer {
             rejection_notice: RejectionNotice::NotifiesPrefill,
             loading_children: 1,
             recving_combine: RecvingCombine::Union,
+            push_failure: PushFailure::Unannounced,
         }
     }
 }
@@ -442,6 +487,9 @@ pub struct Faults {
     /// later step (once per run): a repeat the combine rule must absorb.
     #[serde(default)]
     pub child_reports_twice: bool,
+    /// A P WRITE into D fails (`transfer = "push-writes"`).
+    #[serde(default)]
+    pub push_write_fails: bool,
     /// One engine step loses the output rank's output (once per engine it targets).
     #[serde(default)]
     pub missing_output_rank: EngineFault,
@@ -627,6 +675,41 @@ impl Config {
                 "a failed NIXL load with a second loading child is not modelled (vLLM reports it through the load-error blocks, outside the combine rule); turn off faults.transfer-error and faults.handshake-failure".into(),
             );
         }
+        if self.transfer == Transfer::PushWrites {
+            let unsupported = [
+                ("prefill.attention", p.attention == Attention::Mla),
+                (
+                    "consumer.prefix-hit",
+                    self.consumer.prefix_hit != PrefixHit::Off,
+                ),
+                ("faults.lost-notification", self.faults.lost_notification),
+                ("faults.transfer-error", self.faults.transfer_error),
+                ("faults.handshake-failure", self.faults.handshake_failure),
+                (
+                    "faults.late-read-after-lease",
+                    self.faults.late_read_after_lease,
+                ),
+                (
+                    "faults.child-reports-twice",
+                    self.faults.child_reports_twice,
+                ),
+                (
+                    "consumer.loading-children",
+                    self.consumer.loading_children != 1,
+                ),
+            ];
+            if let Some((field, _)) = unsupported.iter().find(|(_, on)| *on) {
+                return err(
+                    field,
+                    "not modelled with transfer = \"push-writes\" (push mode models dense attention, P's own WRITE completions, D's notification count and a failed WRITE: faults.push-write-fails)".into(),
+                );
+            }
+        } else if self.faults.push_write_fails {
+            return err(
+                "faults.push-write-fails",
+                "needs transfer = \"push-writes\" (in pull mode a failed read is faults.transfer-error)".into(),
+            );
+        }
         for (field, count) in [
             ("expected-count", Some(self.expected_count)),
             ("announced-count", self.announced_count),
@@ -665,6 +748,7 @@ pub(crate) mod tests {
             announced_count: None,
             policy: AggregatorPolicy::Countdown,
             connector: Connector::Nixl,
+            transfer: Transfer::PullReads,
             producer: Producer::default(),
             consumer: Consumer::default(),
             scheduler: Scheduler::default(),
@@ -702,6 +786,20 @@ pub(crate) mod tests {
         c.faults.transfer_error = false;
         c.consumer.loading_children = 3;
         assert_eq!(c.validate().unwrap_err().field, "consumer.loading-children");
+    }
+
+    #[test]
+    fn push_mode_names_what_it_does_not_model() {
+        let mut c = base();
+        c.faults.push_write_fails = true;
+        assert_eq!(c.validate().unwrap_err().field, "faults.push-write-fails");
+        c.transfer = Transfer::PushWrites;
+        assert!(c.validate().is_ok());
+        c.faults.lost_notification = true;
+        assert_eq!(c.validate().unwrap_err().field, "faults.lost-notification");
+        c.faults.lost_notification = false;
+        c.prefill.attention = Attention::Mla;
+        assert_eq!(c.validate().unwrap_err().field, "prefill.attention");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! cancelled (#56104). A full local prefix hit reads nothing, notifies P, and must still be
 //! reported as received (#56640).
 
-use crate::config::{Config, FailedHandle, FailedLoad, PrefixHit, RecvingCombine, RejectionNotice};
+use crate::config::{
+    Config, FailedHandle, FailedLoad, PrefixHit, PushFailure, RecvingCombine, RejectionNotice,
+};
 use crate::rank;
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Request, RequestId, State,
@@ -78,7 +80,11 @@ pub fn complete_read(
 ) {
     *state.handle_mut(handle, r) = HandlePhase::Done;
     let plan = state.topology().handles[handle];
-    if !notification_lost {
+    if state.topology().push {
+        // P's WRITE: P sees its own completion; its notification reaches D, whose count
+        // is the WRITEs into it that are done.
+        rank::own_write_done(config, state, plan.source, r);
+    } else if !notification_lost {
         rank::receive_notification(state, plan.source, r);
     }
     settle(config, state, plan.decoder, r);
@@ -101,10 +107,14 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
         .handles_of(decoder)
         .map(|h| state.handle(h, r))
         .collect();
-    let any_failed = phases.contains(&HandlePhase::Failed);
+    // A failed push WRITE is news to D only with #50754's notice; without it D goes on
+    // waiting for that WRITE's notification.
+    let failure_known =
+        !state.topology().push || config.consumer.push_failure == PushFailure::Notified;
+    let any_failed = phases.contains(&HandlePhase::Failed) && failure_known;
     let all_stopped = phases
         .iter()
-        .all(|p| matches!(p, HandlePhase::Done | HandlePhase::Failed));
+        .all(|&p| p == HandlePhase::Done || (p == HandlePhase::Failed && failure_known));
     let report_now =
         all_stopped || (any_failed && config.consumer.failed_handle == FailedHandle::FirstError);
     if !report_now {

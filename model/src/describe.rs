@@ -81,10 +81,10 @@ pub fn action(t: &Topology, action: &Action) -> String {
             } else {
                 ""
             };
-            format!("{}: read of req{request} completes{note}", read(t, handle))
+            format!("{}: {} of req{request} completes{note}", read(t, handle), transfer_noun(t))
         }
         Action::ReadFails { handle, request } => {
-            format!("{}: read of req{request} FAILS [FAULT]", read(t, handle))
+            format!("{}: {} of req{request} FAILS [FAULT]", read(t, handle), transfer_noun(t))
         }
         Action::DecodeChildLoads { decoder, request } => {
             format!("D rank {decoder}: its offloading child finishes loading its part of req{request}")
@@ -140,8 +140,20 @@ pub fn stores(stores: &StoresDone) -> String {
 /// topology does not have, and is then described, not trusted.
 fn read(topology: &crate::topology::Topology, handle: u16) -> String {
     match topology.handles.get(usize::from(handle)) {
+        Some(plan) if topology.push => {
+            format!("P rank {} (into D rank {})", plan.source, plan.decoder)
+        }
         Some(plan) => format!("D rank {} (from P rank {})", plan.decoder, plan.source),
         None => format!("handle {handle} (not in this topology)"),
+    }
+}
+
+/// What a handle moves data by: D's read, or P's WRITE in push mode.
+pub fn transfer_noun(topology: &Topology) -> &'static str {
+    if topology.push {
+        "WRITE"
+    } else {
+        "read"
     }
 }
 
@@ -269,7 +281,21 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
                 SendPhase::Silent => "silent",
             };
             facts.insert(format!("P rank{rank}{role} req{i}"), Value::text(send));
-            if t.is_transfer(rank) {
+            if t.is_transfer(rank) && t.push {
+                // Its own WRITEs done, of those it posts.
+                let writes: Vec<usize> = t.handles_reading(rank).collect();
+                let done = writes
+                    .iter()
+                    .filter(|&&h| state.handle(h, i as u8) == HandlePhase::Done)
+                    .count();
+                facts.insert(
+                    format!("P rank{rank} req{i} writes done"),
+                    Value::Tup(vec![
+                        Value::Int(done as i64),
+                        Value::Int(writes.len() as i64),
+                    ]),
+                );
+            } else if t.is_transfer(rank) {
                 // Notifications received of those expected.
                 facts.insert(
                     format!("P rank{rank} req{i} notifications"),
@@ -293,14 +319,39 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
             }
         }
         for (h, plan) in t.handles.iter().enumerate() {
-            let phase = handle_phase(state.handle(h, i as u8));
-            facts.insert(
+            let phase = match state.handle(h, i as u8) {
+                HandlePhase::Reading if t.push => "writing (RDMA in flight)",
+                other => handle_phase(other),
+            };
+            let name = if t.push {
+                format!(
+                    "P rank{} WRITE into D rank{} req{i}",
+                    plan.source, plan.decoder
+                )
+            } else {
                 format!(
                     "D rank{} read of P rank{} req{i}",
                     plan.decoder, plan.source
-                ),
-                Value::text(phase),
-            );
+                )
+            };
+            facts.insert(name, Value::text(phase));
+        }
+        if t.push {
+            // P's notifications counted, of one per P rank writing into the D rank.
+            for d in 0..t.decode_world {
+                let writes: Vec<usize> = t.handles_of(d).collect();
+                let done = writes
+                    .iter()
+                    .filter(|&&h| state.handle(h, i as u8) == HandlePhase::Done)
+                    .count();
+                facts.insert(
+                    format!("D rank{d} req{i} push notifications"),
+                    Value::Tup(vec![
+                        Value::Int(done as i64),
+                        Value::Int(writes.len() as i64),
+                    ]),
+                );
+            }
         }
         for d in 0..t.decode_world {
             let cell = match state.decode_cell(d, i as u8) {

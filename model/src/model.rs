@@ -200,7 +200,7 @@ impl ContractModel {
                             notification_lost: true,
                         });
                     }
-                    if faults.transfer_error {
+                    if faults.transfer_error || faults.push_write_fails {
                         actions.push(Action::ReadFails { handle, request: r });
                     }
                 }

@@ -466,7 +466,14 @@ fn worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
     let mut lines: Vec<String> = posted(t, before, after)
         .into_iter()
         .map(|(d, r, sources, handshake)| {
-            format!("D rank {d} {}", posted_words(r, &sources, handshake))
+            if t.push {
+                format!(
+                    "{} start writing req{r} into D rank {d}",
+                    ranks("P", &sources)
+                )
+            } else {
+                format!("D rank {d} {}", posted_words(r, &sources, handshake))
+            }
         })
         .collect();
     for r in 0..after.request_count() as RequestId {
@@ -491,6 +498,52 @@ fn worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
                 _ => {}
             }
         }
+    }
+    lines
+}
+
+/// A push WRITE done: D counts its notification, and P's rank learns of its own WRITE.
+fn push_lines(
+    t: &Topology,
+    handle: usize,
+    r: RequestId,
+    before: &State,
+    after: &State,
+) -> Vec<String> {
+    let Some(plan) = t.handles.get(handle) else {
+        return Vec::new();
+    };
+    let (p, d) = (plan.source, plan.decoder);
+    let done = |hs: &mut dyn Iterator<Item = usize>| -> (usize, usize) {
+        let all: Vec<usize> = hs.collect();
+        let done = all
+            .iter()
+            .filter(|&&h| after.handle(h, r) == HandlePhase::Done)
+            .count();
+        (done, all.len())
+    };
+    let (counted, expected) = done(&mut t.handles_of(d));
+    let mut lines = vec![format!(
+        "D rank {d} counts P rank {p}'s notification for req{r} ({counted}/{expected})"
+    )];
+    let (written, writes) = done(&mut t.handles_reading(p));
+    let (was, is) = (
+        before.prefill_cell(p, r).send,
+        after.prefill_cell(p, r).send,
+    );
+    if written == writes && was != is {
+        lines.push(format!(
+            "P rank {p}'s WRITEs of req{r} are all done: it reports req{r} sent at its next step"
+        ));
+    } else if written == writes && matches!(is, SendPhase::InBatch | SendPhase::ToSend) {
+        let rescue = if t.leases {
+            "only its lease can free it"
+        } else {
+            "nothing else reports it"
+        };
+        lines.push(format!(
+            "P rank {p}'s WRITEs of req{r} are all done, but their completions are FILTERED out: P never reports req{r}, {rescue}"
+        ));
     }
     lines
 }
@@ -600,6 +653,12 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
             if what.is_empty() {
                 what.push("nothing reported".into());
             }
+        }
+        Action::ReadCompletes {
+            handle, request, ..
+        } if t.push => {
+            what.extend(push_lines(t, usize::from(handle), request, before, after));
+            what.extend(worker_lines(t, before, after));
         }
         Action::ReadCompletes { .. } => {
             what.extend(
@@ -807,7 +866,12 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         }
         Action::DecodeEngineSteps { .. } => {
             for (d, r, sources, handshake) in posted(t, before, after) {
-                events.push(note(DecodeRank(d), posted_words(r, &sources, handshake)));
+                let words = if t.push {
+                    format!("{} start writing req{r} here", ranks("P", &sources))
+                } else {
+                    posted_words(r, &sources, handshake)
+                };
+                events.push(note(DecodeRank(d), words));
             }
             for m in reports(action, before, after) {
                 events.push(report_event(DecodeRank(m.rank), DecodeAggregator, m));
@@ -815,6 +879,23 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             let mut label = step_summary(false, before, after);
             label += &step_fault_label(action);
             events.push(message(DecodeAggregator, DecodeScheduler, label, false));
+        }
+        Action::ReadCompletes {
+            handle, request, ..
+        } if t.push => {
+            if let Some(plan) = t.handles.get(usize::from(handle)) {
+                let counted = t
+                    .handles_of(plan.decoder)
+                    .filter(|&h| after.handle(h, request) == HandlePhase::Done)
+                    .count();
+                let expected = t.handles_of(plan.decoder).count();
+                events.push(message(
+                    PrefillRank(plan.source),
+                    DecodeRank(plan.decoder),
+                    format!("WRITE req{request} done + notify ({counted}/{expected})"),
+                    false,
+                ));
+            }
         }
         Action::ReadCompletes { .. } => {}
     }

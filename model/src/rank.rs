@@ -6,9 +6,9 @@
 //! step, and vLLM then skips arming a lease for it. Replicated PCP ranks > 0 are never read;
 //! what they report is the subject of #52779, #53903, #53781 and #59325.
 
-use crate::config::{Config, ReplicatedReports};
+use crate::config::{Config, PushCompletion, ReplicatedReports};
 use crate::state::RequestId;
-use crate::state::{Metadata, PrefillPhase, SendPhase, State, StorePhase};
+use crate::state::{HandlePhase, Metadata, PrefillPhase, SendPhase, State, StorePhase};
 use kvcc_aggregator::Rank;
 
 /// The send phase `rank` has for `r` when this step's poll runs: `start_load_kv` if the
@@ -68,6 +68,23 @@ pub fn receive_notification(state: &mut State, rank: Rank, r: RequestId) {
         if cell.notifications >= expected {
             cell.send = SendPhase::Done;
         }
+    }
+}
+
+/// Push mode: one of `rank`'s WRITEs of `r` completed. Once all have, the rank's send is
+/// done, unless its completions are filtered out (`producer.push-completion`), which
+/// leaves only the lease.
+pub fn own_write_done(config: &Config, state: &mut State, rank: Rank, r: RequestId) {
+    let topology = state.topology();
+    let all_done = topology
+        .handles_reading(rank)
+        .all(|h| state.handle(h, r) == HandlePhase::Done);
+    let cell = state.prefill_cell_mut(rank, r);
+    if all_done
+        && config.producer.push_completion == PushCompletion::Reported
+        && matches!(cell.send, SendPhase::InBatch | SendPhase::ToSend)
+    {
+        cell.send = SendPhase::Done;
     }
 }
 

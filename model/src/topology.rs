@@ -11,7 +11,7 @@
 
 use crate::config::{
     Attention, Config, Connector, ExpectedCount, FailedStep, LeaseReaper, MlaNotify, NotifyId,
-    PcpLayout, RecvingCombine, StageOutput,
+    PcpLayout, RecvingCombine, StageOutput, Transfer,
 };
 use kvcc_aggregator::Rank;
 
@@ -73,6 +73,9 @@ pub struct Topology {
     pub failed_step: FailedStep,
     /// How D's MultiConnector combines its children's reports (the trace tells it).
     pub recving_combine: RecvingCombine,
+    /// P writes into D (`transfer = "push-writes"`): a handle is P's WRITE, and its
+    /// notification goes to the D rank it wrote.
+    pub push: bool,
 }
 
 impl Topology {
@@ -202,6 +205,7 @@ impl Topology {
                 && config.requests > 1,
             failed_step: config.scheduler.failed_step,
             recving_combine: config.consumer.recving_combine,
+            push: config.transfer == Transfer::PushWrites,
             decode_expected,
         }
     }

@@ -252,6 +252,12 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ),
     ("producer", "clear-replicated", &["false", "true"]),
     ("producer", "lease", &["false", "true"]),
+    ("", "transfer", &["\"pull-reads\"", "\"push-writes\""]),
+    (
+        "producer",
+        "push-completion",
+        &["\"reported\"", "\"filtered\""],
+    ),
     (
         "producer",
         "lease-reaper",
@@ -290,6 +296,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("consumer", "loading-children", &["1", "2"]),
     (
         "consumer",
+        "push-failure",
+        &["\"unannounced\"", "\"notified\""],
+    ),
+    (
+        "consumer",
         "recving-combine",
         &["\"union\"", "\"counted\"", "\"per-child\""],
     ),
@@ -324,6 +335,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("faults", "decoder-never-reads", &["false", "true"]),
     ("faults", "rejected-before-admission", &["false", "true"]),
     ("faults", "child-reports-twice", &["false", "true"]),
+    ("faults", "push-write-fails", &["false", "true"]),
     ("faults", "late-read-after-lease", &["false", "true"]),
     ("faults", "handshake-failure", &["false", "true"]),
     ("faults", "transfer-error", &["false", "true"]),

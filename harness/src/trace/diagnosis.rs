@@ -572,13 +572,21 @@ fn receive_waiting(path: &Path, d: Rank, r: RequestId) -> (String, bool) {
             )
         }
         DecodeCell::Loading => {
+            let unannounced = t.push
+                && config.consumer.push_failure == kvcc_model::config::PushFailure::Unannounced;
             let reads: Vec<String> = t
                 .handles_of(d)
                 .map(|h| {
+                    let phase = end.handle(h, r);
+                    let untold = if unannounced && phase == HandlePhase::Failed {
+                        ", and D was never told (consumer.push-failure = unannounced)"
+                    } else {
+                        ""
+                    };
                     format!(
-                        "from P rank {}: {} ({})",
+                        "from P rank {}: {}{untold} ({})",
                         t.handles[h].source,
-                        describe::handle_phase(end.handle(h, r)),
+                        describe::handle_phase(phase),
                         path.when(|s| s.handle(h, r))
                     )
                 })
@@ -590,7 +598,11 @@ fn receive_waiting(path: &Path, d: Rank, r: RequestId) -> (String, bool) {
                 )
             });
             (
-                format!("waits for its reads of req{r}: {}", reads.join("; ")),
+                format!(
+                    "waits for its {}s of req{r}: {}",
+                    describe::transfer_noun(t),
+                    reads.join("; ")
+                ),
                 moving,
             )
         }

@@ -24,6 +24,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
         announced_count: None,
         policy: AggregatorPolicy::Countdown,
         connector: Connector::Nixl,
+        transfer: Transfer::PullReads,
         producer: Producer {
             replicated_reports: ReplicatedReports::Synthetic,
             clear_replicated: false,
@@ -32,6 +33,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             // As specs/pr59325-fix.toml pins it: the head-only reaper's own finding has
             // its own spec (specs/lease-reaper.toml).
             lease_reaper: LeaseReaper::FullScan,
+            push_completion: PushCompletion::Reported,
         },
         consumer: Consumer::default(),
         scheduler: Scheduler::default(),
