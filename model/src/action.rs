@@ -34,6 +34,8 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "is_false")]
         raised: bool,
     },
+    /// A store job of the offloading child on a P worker raises.
+    OffloadStoreRaises { rank: Rank, request: RequestId },
     /// A P rank's lease on a request expires: it reports the request as sent.
     LeaseExpires { rank: Rank, request: RequestId },
     /// D admits a request and waits for remote KV (or hits its whole prefix locally).

@@ -177,6 +177,21 @@ pub struct Producer {
     pub mla_notify: MlaNotify,
     pub lease_reaper: LeaseReaper,
     pub push_completion: PushCompletion,
+    pub failed_store: FailedStore,
+}
+
+/// What the offloading child does with a store job that raises
+/// (`faults.offload-store-raises`): it forwards a request's send only once the request's
+/// store jobs are counted down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailedStore {
+    /// Counted down all the same, so the send goes out (vLLM PR #43742 decrements the
+    /// MooncakeStore connector's count in a `finally`): current vLLM.
+    Counted,
+    /// Never counted down: the worker holds the send for ever and P never frees the
+    /// request (before #43742; vllm-ascend #10098 stalled the same way).
+    Leaked,
 }
 
 /// What a P rank does with its own WRITEs' completions (`transfer = "push-writes"`).
@@ -214,6 +229,7 @@ impl Default for Producer {
             mla_notify: MlaNotify::EveryCoveredRank,
             lease_reaper: LeaseReaper::HeadOnly,
             push_completion: PushCompletion::Reported,
+            failed_store: FailedStore::Counted,
         }
     }
 }
@@ -487,6 +503,9 @@ pub struct Faults {
     /// later step (once per run): a repeat the combine rule must absorb.
     #[serde(default)]
     pub child_reports_twice: bool,
+    /// One of the offloading child's store jobs raises (MultiConnector only).
+    #[serde(default)]
+    pub offload_store_raises: bool,
     /// A P WRITE into D fails (`transfer = "push-writes"`).
     #[serde(default)]
     pub push_write_fails: bool,
@@ -673,6 +692,12 @@ impl Config {
             return err(
                 "consumer.loading-children",
                 "a failed NIXL load with a second loading child is not modelled (vLLM reports it through the load-error blocks, outside the combine rule); turn off faults.transfer-error and faults.handshake-failure".into(),
+            );
+        }
+        if self.faults.offload_store_raises && self.connector != Connector::MultiOffload {
+            return err(
+                "faults.offload-store-raises",
+                "needs connector = \"multi-offload\" (only the offloading child stores)".into(),
             );
         }
         if self.transfer == Transfer::PushWrites {

@@ -49,6 +49,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::LeaseExpires { rank, request } => {
             format!("P rank {rank}: lease on req{request} expires")
         }
+        Action::OffloadStoreRaises { rank, request } => {
+            format!("[FAULT] P rank {rank}: the offloading child's store of req{request} raises")
+        }
         Action::DecodeAdmits {
             request,
             prefix_hit: false,
@@ -164,6 +167,7 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::PrefillWorkerLoads { .. } => "PrefillWorkerLoads",
         Action::PrefillEngineSteps { .. } => "PrefillEngineSteps",
         Action::LeaseExpires { .. } => "LeaseExpires",
+        Action::OffloadStoreRaises { .. } => "OffloadStoreRaises",
         Action::DecodeAdmits { .. } => "DecodeAdmits",
         Action::DecoderCrashes { .. } => "DecoderCrashes",
         Action::DecodeRejects { .. } => "DecodeRejects",

@@ -9,7 +9,7 @@
 //! property), which keeps the state graph acyclic.
 
 pub use crate::action::Action;
-use crate::config::{Config, FailedStep, PrefixHit};
+use crate::config::{Config, FailedStep, FailedStore, PrefixHit};
 use crate::offload::{self, StoresDone};
 use crate::properties::{Kind, CLAUSES};
 use crate::state::{
@@ -124,6 +124,9 @@ impl ContractModel {
                 let cell = state.prefill_cell(rank, r);
                 if cell.load == LoadPhase::Loading {
                     actions.push(Action::PrefillWorkerLoads { rank, request: r });
+                }
+                if faults.offload_store_raises && cell.store == StorePhase::Storing {
+                    actions.push(Action::OffloadStoreRaises { rank, request: r });
                 }
                 if lease::may_expire(c, state, rank, r) {
                     actions.push(Action::LeaseExpires { rank, request: r });
@@ -327,6 +330,12 @@ impl ContractModel {
                     stores_done,
                 ))
             }
+            Action::OffloadStoreRaises { rank, request } => {
+                next.prefill_cell_mut(rank, request).store = match c.producer.failed_store {
+                    FailedStore::Counted => StorePhase::Stored,
+                    FailedStore::Leaked => StorePhase::Leaked,
+                }
+            }
             Action::LeaseExpires { rank, request } => {
                 // Held if the reaper will stop before it; else as good as reaped: the
                 // entries before it can only leave or expire, and later ones go behind.
@@ -404,7 +413,8 @@ impl ContractModel {
             | Action::DecoderCrashes { .. }
             | Action::DecodeRejects { .. }
             | Action::ReadFails { .. }
-            | Action::ChildReportsAgain { .. } => true,
+            | Action::ChildReportsAgain { .. }
+            | Action::OffloadStoreRaises { .. } => true,
             Action::ReadCompletes {
                 notification_lost, ..
             } => notification_lost,
@@ -449,6 +459,7 @@ impl ContractModel {
             | Action::DecodeRejects { request }
             | Action::ReadFails { request, .. }
             | Action::ChildReportsAgain { request, .. }
+            | Action::OffloadStoreRaises { request, .. }
             | Action::ReadCompletes { request, .. }
             | Action::HandshakeCompletes { request, .. }
                 if self.is_fault_action(action) =>
@@ -494,6 +505,7 @@ impl crate::checker::Checkable for ContractModel {
                 | Action::DecodeRejects { .. }
                 | Action::ReadFails { .. }
                 | Action::ChildReportsAgain { .. }
+                | Action::OffloadStoreRaises { .. }
         )
     }
 

@@ -693,6 +693,14 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
             }
         }
         Action::PrefillFinishes { .. } => what.extend(prefill_worker_lines(t, before, after)),
+        Action::OffloadStoreRaises { rank, request } => {
+            what.push(match after.prefill_cell(rank, request).store {
+                StorePhase::Leaked => format!(
+                    "its store count is never brought down: P rank {rank} will never forward req{request}'s send"
+                ),
+                _ => format!("counted down all the same: it no longer holds req{request}'s send back"),
+            })
+        }
         Action::ClientAborts { .. } => what.extend(
             scheduler_lines(before, after)
                 .into_iter()
@@ -786,6 +794,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::ChildReportsAgain { decoder, request } => events.push(note(
             DecodeRank(decoder),
             format!("[FAULT] NIXL repeats req{request}'s finished load"),
+        )),
+        Action::OffloadStoreRaises { rank, request } => events.push(note(
+            PrefillRank(rank),
+            format!("[FAULT] offloading store of req{request} raises"),
         )),
         Action::LeaseExpires { rank, request } => events.push(note(
             PrefillRank(rank),

@@ -23,6 +23,10 @@
 //!   running here (P no longer steps, or no poll needs them) ends in the interleaved
 //!   model once they complete, with the same scheduler and aggregator state.
 //!
+//! A store that raises (`faults.offload-store-raises`) is a fault action of its own, in
+//! this model and in the interleaved one alike; a leaked store is no longer running, so
+//! no step's choice includes it.
+//!
 //! `tests/reduction.rs` checks this against the interleaved model on every shipped spec
 //! point that uses the offloading connector and on variations of them.
 

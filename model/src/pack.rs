@@ -48,7 +48,7 @@ codes! {
     PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed }
     DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed }
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
-    StorePhase { NotUsed, Storing, Stored }
+    StorePhase { NotUsed, Storing, Stored, Leaked }
     LoadPhase { NotUsed, Loading, Done, Reported }
     HandlePhase { NotPosted, Handshaking, Reading, Done, Failed }
 }

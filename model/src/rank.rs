@@ -106,7 +106,7 @@ pub fn reaper_stop(state: &State, rank: Rank, r: RequestId) -> Option<RequestId>
 /// worker forwards a send only once the offloading child's store is done too.
 pub fn ready_to_report(state: &State, rank: Rank, r: RequestId) -> bool {
     let cell = state.prefill_cell(rank, r);
-    cell.send == SendPhase::Done && cell.store != StorePhase::Storing
+    cell.send == SendPhase::Done && !matches!(cell.store, StorePhase::Storing | StorePhase::Leaked)
 }
 
 /// Is this rank's report dropped by the connector's clear of replicated ranks?

@@ -92,6 +92,8 @@ pub enum StorePhase {
     NotUsed,
     Storing,
     Stored,
+    /// The store raised and was never counted down (`producer.failed-store = "leaked"`).
+    Leaked,
 }
 
 /// A P worker's own KV load for one request (P loads KV only).

@@ -253,6 +253,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("producer", "clear-replicated", &["false", "true"]),
     ("producer", "lease", &["false", "true"]),
     ("", "transfer", &["\"pull-reads\"", "\"push-writes\""]),
+    ("producer", "failed-store", &["\"counted\"", "\"leaked\""]),
     (
         "producer",
         "push-completion",
@@ -336,6 +337,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("faults", "rejected-before-admission", &["false", "true"]),
     ("faults", "child-reports-twice", &["false", "true"]),
     ("faults", "push-write-fails", &["false", "true"]),
+    ("faults", "offload-store-raises", &["false", "true"]),
     ("faults", "late-read-after-lease", &["false", "true"]),
     ("faults", "handshake-failure", &["false", "true"]),
     ("faults", "transfer-error", &["false", "true"]),

@@ -291,9 +291,9 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::DecoderCrashes { request }
         | Action::DecodeRejects { request }
         | Action::ClientAborts { request } => request_ok(request),
-        Action::PrefillWorkerLoads { rank, request } | Action::LeaseExpires { rank, request } => {
-            prefill_ok(rank) && request_ok(request)
-        }
+        Action::PrefillWorkerLoads { rank, request }
+        | Action::LeaseExpires { rank, request }
+        | Action::OffloadStoreRaises { rank, request } => prefill_ok(rank) && request_ok(request),
         Action::HandshakeCompletes {
             decoder, request, ..
         }

@@ -34,6 +34,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             // its own spec (specs/lease-reaper.toml).
             lease_reaper: LeaseReaper::FullScan,
             push_completion: PushCompletion::Reported,
+            failed_store: FailedStore::Counted,
         },
         consumer: Consumer::default(),
         scheduler: Scheduler::default(),
