@@ -34,6 +34,12 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "is_false")]
         raised: bool,
     },
+    /// P's scheduler preempts a prefilling request: its blocks go back to the pool and it
+    /// is prefilled again, while the offloading child's store jobs of what was computed
+    /// keep running.
+    PrefillPreempted { request: RequestId },
+    /// A store job started before the request's preemption completes on a P worker.
+    StaleStoreCompletes { rank: Rank, request: RequestId },
     /// A store job of the offloading child on a P worker raises.
     OffloadStoreRaises { rank: Rank, request: RequestId },
     /// A P rank's lease on a request expires: it reports the request as sent.

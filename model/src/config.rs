@@ -178,6 +178,23 @@ pub struct Producer {
     pub lease_reaper: LeaseReaper,
     pub push_completion: PushCompletion,
     pub failed_store: FailedStore,
+    pub store_ledger: StoreLedger,
+}
+
+/// How the store connector counts a request's outstanding store jobs, which decide when
+/// the worker forwards its send (connector = multi-offload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreLedger {
+    /// Each job is its own entry (vLLM PR #52372, current): a job started before a
+    /// preemption completes on its own.
+    PerJob,
+    /// One count per request id (the MooncakeStore connector before #52372, vLLM issue
+    /// #51637): a preemption deletes the count while the jobs it started still run, the
+    /// request's next prefill starts a fresh count under the same id, and the old jobs'
+    /// completions count it down: it drains while a new job still runs, or goes below
+    /// zero and the send is never forwarded.
+    PerRequest,
 }
 
 /// What the offloading child does with a store job that raises
@@ -230,6 +247,7 @@ impl Default for Producer {
             lease_reaper: LeaseReaper::HeadOnly,
             push_completion: PushCompletion::Reported,
             failed_store: FailedStore::Counted,
+            store_ledger: StoreLedger::PerJob,
         }
     }
 }
@@ -503,6 +521,11 @@ pub struct Faults {
     /// later step (once per run): a repeat the combine rule must absorb.
     #[serde(default)]
     pub child_reports_twice: bool,
+    /// P's scheduler preempts a prefilling request once, after the offloading child
+    /// started storing what was computed; the request is prefilled again (MultiConnector
+    /// only).
+    #[serde(default)]
+    pub prefill_preempted: bool,
     /// One of the offloading child's store jobs raises (MultiConnector only).
     #[serde(default)]
     pub offload_store_raises: bool,
@@ -694,11 +717,19 @@ impl Config {
                 "a failed NIXL load with a second loading child is not modelled (vLLM reports it through the load-error blocks, outside the combine rule); turn off faults.transfer-error and faults.handshake-failure".into(),
             );
         }
-        if self.faults.offload_store_raises && self.connector != Connector::MultiOffload {
-            return err(
+        for (field, on) in [
+            (
                 "faults.offload-store-raises",
-                "needs connector = \"multi-offload\" (only the offloading child stores)".into(),
-            );
+                self.faults.offload_store_raises,
+            ),
+            ("faults.prefill-preempted", self.faults.prefill_preempted),
+        ] {
+            if on && self.connector != Connector::MultiOffload {
+                return err(
+                    field,
+                    "needs connector = \"multi-offload\" (only the offloading child stores)".into(),
+                );
+            }
         }
         if self.transfer == Transfer::PushWrites {
             let unsupported = [

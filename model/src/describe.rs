@@ -9,7 +9,8 @@ use crate::action::Action;
 use crate::config::FailedStep;
 use crate::offload::StoresDone;
 use crate::state::{
-    DecodeCell, HandlePhase, LoadPhase, Metadata, PrefillPhase, SendPhase, State, StorePhase,
+    DecodeCell, HandlePhase, LoadPhase, Metadata, PrefillPhase, SendPhase, StaleStore, State,
+    StorePhase,
 };
 use crate::state::{DecodePhase, Incidents};
 use crate::topology::Topology;
@@ -49,6 +50,12 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::LeaseExpires { rank, request } => {
             format!("P rank {rank}: lease on req{request} expires")
         }
+        Action::PrefillPreempted { request } => format!(
+            "[FAULT] P scheduler: preempts req{request} mid-prefill (blocks freed, prefilled again); the offloading child's store jobs of what was computed keep running"
+        ),
+        Action::StaleStoreCompletes { rank, request } => format!(
+            "P rank {rank}: the store job of req{request} from before its preemption completes"
+        ),
         Action::OffloadStoreRaises { rank, request } => {
             format!("[FAULT] P rank {rank}: the offloading child's store of req{request} raises")
         }
@@ -168,6 +175,8 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::PrefillEngineSteps { .. } => "PrefillEngineSteps",
         Action::LeaseExpires { .. } => "LeaseExpires",
         Action::OffloadStoreRaises { .. } => "OffloadStoreRaises",
+        Action::PrefillPreempted { .. } => "PrefillPreempted",
+        Action::StaleStoreCompletes { .. } => "StaleStoreCompletes",
         Action::DecodeAdmits { .. } => "DecodeAdmits",
         Action::DecoderCrashes { .. } => "DecoderCrashes",
         Action::DecodeRejects { .. } => "DecodeRejects",
@@ -313,6 +322,12 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
                 facts.insert(
                     format!("P rank{rank} req{i} offload store"),
                     Value::text(format!("{:?}", cell.store).to_lowercase()),
+                );
+            }
+            if cell.stale_store != StaleStore::None {
+                facts.insert(
+                    format!("P rank{rank} req{i} store from before preemption"),
+                    Value::text(format!("{:?}", cell.stale_store).to_lowercase()),
                 );
             }
             if cell.load != LoadPhase::NotUsed {

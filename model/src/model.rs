@@ -14,7 +14,7 @@ use crate::offload::{self, StoresDone};
 use crate::properties::{Kind, CLAUSES};
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
-    PrefillPhase, Request, RequestId, SendPhase, Shape, State, StorePhase,
+    PrefillPhase, Request, RequestId, SendPhase, Shape, StaleStore, State, StorePhase,
 };
 use crate::topology::Topology;
 use crate::{decoder, engine, lease, scheduler};
@@ -58,6 +58,7 @@ impl ContractModel {
             notifications: 0,
             send: SendPhase::InBatch,
             store: StorePhase::NotUsed,
+            stale_store: StaleStore::None,
             load: if c.prefill.loads_kv {
                 LoadPhase::Loading
             } else {
@@ -119,11 +120,17 @@ impl ContractModel {
             let q = &state.requests[usize::from(r)];
             if q.prefill == PrefillPhase::Prefilling {
                 actions.push(Action::PrefillFinishes { request: r });
+                if faults.prefill_preempted && state.once & State::ONCE_PREFILL_PREEMPTED == 0 {
+                    actions.push(Action::PrefillPreempted { request: r });
+                }
             }
             for rank in 0..t.prefill_world {
                 let cell = state.prefill_cell(rank, r);
                 if cell.load == LoadPhase::Loading {
                     actions.push(Action::PrefillWorkerLoads { rank, request: r });
+                }
+                if cell.stale_store == StaleStore::Running {
+                    actions.push(Action::StaleStoreCompletes { rank, request: r });
                 }
                 if faults.offload_store_raises && cell.store == StorePhase::Storing {
                     actions.push(Action::OffloadStoreRaises { rank, request: r });
@@ -330,6 +337,15 @@ impl ContractModel {
                     stores_done,
                 ))
             }
+            Action::PrefillPreempted { request } => {
+                next.once |= State::ONCE_PREFILL_PREEMPTED;
+                for rank in 0..self.topology.prefill_world {
+                    next.prefill_cell_mut(rank, request).stale_store = StaleStore::Running;
+                }
+            }
+            Action::StaleStoreCompletes { rank, request } => {
+                next.prefill_cell_mut(rank, request).stale_store = StaleStore::Done
+            }
             Action::OffloadStoreRaises { rank, request } => {
                 next.prefill_cell_mut(rank, request).store = match c.producer.failed_store {
                     FailedStore::Counted => StorePhase::Stored,
@@ -414,7 +430,8 @@ impl ContractModel {
             | Action::DecodeRejects { .. }
             | Action::ReadFails { .. }
             | Action::ChildReportsAgain { .. }
-            | Action::OffloadStoreRaises { .. } => true,
+            | Action::OffloadStoreRaises { .. }
+            | Action::PrefillPreempted { .. } => true,
             Action::ReadCompletes {
                 notification_lost, ..
             } => notification_lost,
@@ -428,7 +445,8 @@ impl ContractModel {
             | Action::PrefillWorkerLoads { .. }
             | Action::LeaseExpires { .. }
             | Action::DecodeAdmits { .. }
-            | Action::DecodeChildLoads { .. } => false,
+            | Action::DecodeChildLoads { .. }
+            | Action::StaleStoreCompletes { .. } => false,
         }
     }
 
@@ -460,6 +478,7 @@ impl ContractModel {
             | Action::ReadFails { request, .. }
             | Action::ChildReportsAgain { request, .. }
             | Action::OffloadStoreRaises { request, .. }
+            | Action::PrefillPreempted { request }
             | Action::ReadCompletes { request, .. }
             | Action::HandshakeCompletes { request, .. }
                 if self.is_fault_action(action) =>
@@ -506,6 +525,7 @@ impl crate::checker::Checkable for ContractModel {
                 | Action::ReadFails { .. }
                 | Action::ChildReportsAgain { .. }
                 | Action::OffloadStoreRaises { .. }
+                | Action::PrefillPreempted { .. }
         )
     }
 

@@ -693,6 +693,14 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
             }
         }
         Action::PrefillFinishes { .. } => what.extend(prefill_worker_lines(t, before, after)),
+        Action::StaleStoreCompletes { rank, request } => {
+            if t.store_ledger == crate::config::StoreLedger::PerRequest {
+                what.push(format!(
+                    "one count per request id: it counts down req{request}'s current store count on P rank {rank}, now {}",
+                    crate::rank::store_count(after, rank, request)
+                ));
+            }
+        }
         Action::OffloadStoreRaises { rank, request } => {
             what.push(match after.prefill_cell(rank, request).store {
                 StorePhase::Leaked => format!(
@@ -715,7 +723,8 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
         | Action::DecodeAdmits { .. }
         | Action::DecoderCrashes { .. }
         | Action::DecodeChildLoads { .. }
-        | Action::ChildReportsAgain { .. } => {}
+        | Action::ChildReportsAgain { .. }
+        | Action::PrefillPreempted { .. } => {}
     }
     what.extend(incident_line(before, after));
     if what.is_empty() {
@@ -794,6 +803,14 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::ChildReportsAgain { decoder, request } => events.push(note(
             DecodeRank(decoder),
             format!("[FAULT] NIXL repeats req{request}'s finished load"),
+        )),
+        Action::PrefillPreempted { request } => events.push(note(
+            PrefillScheduler,
+            format!("[FAULT] req{request} preempted mid-prefill, prefilled again"),
+        )),
+        Action::StaleStoreCompletes { rank, request } => events.push(note(
+            PrefillRank(rank),
+            format!("pre-preemption store of req{request} done"),
         )),
         Action::OffloadStoreRaises { rank, request } => events.push(note(
             PrefillRank(rank),

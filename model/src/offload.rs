@@ -23,9 +23,13 @@
 //!   running here (P no longer steps, or no poll needs them) ends in the interleaved
 //!   model once they complete, with the same scheduler and aggregator state.
 //!
-//! A store that raises (`faults.offload-store-raises`) is a fault action of its own, in
-//! this model and in the interleaved one alike; a leaked store is no longer running, so
-//! no step's choice includes it.
+//! A store that raises (`faults.offload-store-raises`) and a store job started before a
+//! preemption (`faults.prefill-preempted`) complete by actions of their own, in this
+//! model and in the interleaved one alike; neither is a running store of the current
+//! lifecycle, so no step's choice includes them. With one count per request id
+//! (`producer.store-ledger = "per-request"`) whether a send is forwarded still depends
+//! only on the stores as the poll finds them, so delaying a completion to the poll keeps
+//! every decision.
 //!
 //! `tests/reduction.rs` checks this against the interleaved model on every shipped spec
 //! point that uses the offloading connector and on variations of them.

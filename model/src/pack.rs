@@ -11,7 +11,7 @@
 
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
-    PrefillPhase, Request, SendPhase, Shape, State, StorePhase,
+    PrefillPhase, Request, SendPhase, Shape, StaleStore, State, StorePhase,
 };
 use crate::topology::Topology;
 use kvcc_aggregator::Aggregator;
@@ -50,6 +50,7 @@ codes! {
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
     StorePhase { NotUsed, Storing, Stored, Leaked }
     LoadPhase { NotUsed, Loading, Done, Reported }
+    StaleStore { None, Running, Done }
     HandlePhase { NotPosted, Handshaking, Reading, Done, Failed }
 }
 
@@ -130,7 +131,7 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
     for cell in &state.prefill {
         out.extend_from_slice(&[
             field(cell.send, 3, 0) | field(cell.store, 2, 3) | field(cell.load, 2, 5),
-            cell.notifications,
+            cell.notifications | field(cell.stale_store, 2, 6),
         ]);
     }
     out.extend(state.handles.iter().map(|&h| h.code()));
@@ -176,7 +177,8 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
             send: unfield(b[0], 3, 0),
             store: unfield(b[0], 2, 3),
             load: unfield(b[0], 2, 5),
-            notifications: b[1],
+            notifications: b[1] & 0x3f,
+            stale_store: unfield(b[1], 2, 6),
         })
         .collect();
     let handles = take(topology.handles.len() * n)

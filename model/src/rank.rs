@@ -6,9 +6,9 @@
 //! step, and vLLM then skips arming a lease for it. Replicated PCP ranks > 0 are never read;
 //! what they report is the subject of #52779, #53903, #53781 and #59325.
 
-use crate::config::{Config, PushCompletion, ReplicatedReports};
+use crate::config::{Config, PushCompletion, ReplicatedReports, StoreLedger};
 use crate::state::RequestId;
-use crate::state::{HandlePhase, Metadata, PrefillPhase, SendPhase, State, StorePhase};
+use crate::state::{HandlePhase, Metadata, PrefillPhase, SendPhase, StaleStore, State, StorePhase};
 use kvcc_aggregator::Rank;
 
 /// The send phase `rank` has for `r` when this step's poll runs: `start_load_kv` if the
@@ -103,10 +103,28 @@ pub fn reaper_stop(state: &State, rank: Rank, r: RequestId) -> Option<RequestId>
 }
 
 /// Would this rank put `r` in `finished_sending` this step? Under a MultiConnector the
-/// worker forwards a send only once the offloading child's store is done too.
+/// worker forwards a send only once the offloading child's store count has drained.
 pub fn ready_to_report(state: &State, rank: Rank, r: RequestId) -> bool {
+    state.prefill_cell(rank, r).send == SendPhase::Done && stores_drained(state, rank, r)
+}
+
+/// The store connector's count of `r`'s outstanding store jobs on `rank`, as its ledger
+/// keeps it: per job, the current store alone; per request id, also counted down by a
+/// job from before a preemption, so it can drain early or go below zero.
+pub fn store_count(state: &State, rank: Rank, r: RequestId) -> i8 {
     let cell = state.prefill_cell(rank, r);
-    cell.send == SendPhase::Done && !matches!(cell.store, StorePhase::Storing | StorePhase::Leaked)
+    let running = i8::from(matches!(
+        cell.store,
+        StorePhase::Storing | StorePhase::Leaked
+    ));
+    match state.topology().store_ledger {
+        StoreLedger::PerJob => running,
+        StoreLedger::PerRequest => running - i8::from(cell.stale_store == StaleStore::Done),
+    }
+}
+
+fn stores_drained(state: &State, rank: Rank, r: RequestId) -> bool {
+    store_count(state, rank, r) == 0
 }
 
 /// Is this rank's report dropped by the connector's clear of replicated ranks?

@@ -96,6 +96,15 @@ pub enum StorePhase {
     Leaked,
 }
 
+/// The offloading child's store job started before a preemption of the request, on one
+/// P worker (`faults.prefill-preempted`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum StaleStore {
+    None,
+    Running,
+    Done,
+}
+
 /// A P worker's own KV load for one request (P loads KV only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum LoadPhase {
@@ -113,6 +122,7 @@ pub struct PrefillCell {
     pub send: SendPhase,
     pub store: StorePhase,
     pub load: LoadPhase,
+    pub stale_store: StaleStore,
 }
 
 /// One D read handle for one request.
@@ -293,6 +303,7 @@ impl State {
     pub const ONCE_PREFILL_STEP_RAISED: u8 = 8;
     pub const ONCE_DECODE_STEP_RAISED: u8 = 16;
     pub const ONCE_CHILD_REPORTED_TWICE: u8 = 32;
+    pub const ONCE_PREFILL_PREEMPTED: u8 = 64;
 
     pub fn request_count(&self) -> usize {
         self.requests.len()
@@ -416,7 +427,13 @@ impl State {
         let cells: u32 = self
             .prefill
             .iter()
-            .map(|c| u32::from(c.notifications) + send(c.send) + c.store as u32 + c.load as u32)
+            .map(|c| {
+                u32::from(c.notifications)
+                    + send(c.send)
+                    + c.store as u32
+                    + c.load as u32
+                    + c.stale_store as u32
+            })
             .sum();
         let handles: u32 = self.handles.iter().map(|&h| handle(h)).sum();
         let decode: u32 = self.decode.iter().map(|&c| decode_cell(c)).sum::<u32>()

@@ -11,7 +11,7 @@
 
 use crate::config::{
     Attention, Config, Connector, ExpectedCount, FailedStep, LeaseReaper, MlaNotify, NotifyId,
-    PcpLayout, RecvingCombine, StageOutput, Transfer,
+    PcpLayout, RecvingCombine, StageOutput, StoreLedger, Transfer,
 };
 use kvcc_aggregator::Rank;
 
@@ -76,6 +76,8 @@ pub struct Topology {
     /// P writes into D (`transfer = "push-writes"`): a handle is P's WRITE, and its
     /// notification goes to the D rank it wrote.
     pub push: bool,
+    /// How the store connector counts store jobs (`producer.store-ledger`).
+    pub store_ledger: StoreLedger,
 }
 
 impl Topology {
@@ -206,6 +208,7 @@ impl Topology {
             failed_step: config.scheduler.failed_step,
             recving_combine: config.consumer.recving_combine,
             push: config.transfer == Transfer::PushWrites,
+            store_ledger: config.producer.store_ledger,
             decode_expected,
         }
     }

@@ -256,6 +256,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("producer", "failed-store", &["\"counted\"", "\"leaked\""]),
     (
         "producer",
+        "store-ledger",
+        &["\"per-job\"", "\"per-request\""],
+    ),
+    (
+        "producer",
         "push-completion",
         &["\"reported\"", "\"filtered\""],
     ),
@@ -338,6 +343,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("faults", "child-reports-twice", &["false", "true"]),
     ("faults", "push-write-fails", &["false", "true"]),
     ("faults", "offload-store-raises", &["false", "true"]),
+    ("faults", "prefill-preempted", &["false", "true"]),
     ("faults", "late-read-after-lease", &["false", "true"]),
     ("faults", "handshake-failure", &["false", "true"]),
     ("faults", "transfer-error", &["false", "true"]),

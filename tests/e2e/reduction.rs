@@ -206,7 +206,7 @@ fn issue6_every_shipped_spec_point_keeps_its_verdict_unreduced() {
 /// second tp rank, the Strict aggregator (no symmetry: every subset of stores).
 fn offloading_variations() -> Vec<(String, Config)> {
     type Edit = fn(&mut Config);
-    let edits: [(&str, Edit); 15] = [
+    let edits: [(&str, Edit); 17] = [
         ("as shipped", |_| {}),
         ("pcp 3, two requests", |c| {
             c.prefill.pcp = 3;
@@ -247,6 +247,14 @@ fn offloading_variations() -> Vec<(String, Config)> {
         ("fixed count 1, pcp 3", |c| {
             c.expected_count = ExpectedCount::Fixed(1);
             c.prefill.pcp = 3;
+        }),
+        ("a store raises and leaks", |c| {
+            c.faults.offload_store_raises = true;
+            c.producer.failed_store = kvcc_model::config::FailedStore::Leaked;
+        }),
+        ("preempted, one count per request id", |c| {
+            c.faults.prefill_preempted = true;
+            c.producer.store_ledger = kvcc_model::config::StoreLedger::PerRequest;
         }),
         ("fixed count, two requests", |c| {
             c.expected_count = ExpectedCount::Fixed(2);

@@ -407,6 +407,10 @@ fn send_waiting(path: &Path, rank: Rank, r: RequestId) -> (String, bool) {
             format!("never reports req{r} ({since}): a replica, its connector reports nothing for it"),
             false,
         ),
+        SendPhase::Done if rank::store_count(end, rank, r) < 0 => (
+            format!("is done with req{r} ({since}), but a store job from before req{r}'s preemption counted down its new store count, which went below zero ({}): the MultiConnector never forwards the send (producer.store-ledger = per-request)", path.when(|s| s.prefill_cell(rank, r).stale_store)),
+            false,
+        ),
         SendPhase::Done if cell.store == StorePhase::Leaked => (
             format!("is done with req{r} ({since}), but its offloading store raised and was never counted down ({}): the MultiConnector never forwards the send (producer.failed-store = leaked)", path.when(|s| s.prefill_cell(rank, r).store)),
             false,

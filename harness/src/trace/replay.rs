@@ -290,10 +290,12 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::DecodeAdmits { request, .. }
         | Action::DecoderCrashes { request }
         | Action::DecodeRejects { request }
+        | Action::PrefillPreempted { request }
         | Action::ClientAborts { request } => request_ok(request),
         Action::PrefillWorkerLoads { rank, request }
         | Action::LeaseExpires { rank, request }
-        | Action::OffloadStoreRaises { rank, request } => prefill_ok(rank) && request_ok(request),
+        | Action::OffloadStoreRaises { rank, request }
+        | Action::StaleStoreCompletes { rank, request } => prefill_ok(rank) && request_ok(request),
         Action::HandshakeCompletes {
             decoder, request, ..
         }

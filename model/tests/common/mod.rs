@@ -35,6 +35,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             lease_reaper: LeaseReaper::FullScan,
             push_completion: PushCompletion::Reported,
             failed_store: FailedStore::Counted,
+            store_ledger: StoreLedger::PerJob,
         },
         consumer: Consumer::default(),
         scheduler: Scheduler::default(),
