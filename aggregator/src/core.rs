@@ -312,6 +312,27 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         &self.pending_failed
     }
 
+    /// Nothing held for any id: no entry in either direction, no pending failure.
+    pub fn is_empty(&self) -> bool {
+        self.sending.is_empty() && self.recving.is_empty() && self.pending_failed.is_empty()
+    }
+
+    /// The same aggregator with every id renamed by `rename`, which must be one-to-one:
+    /// nothing here depends on what an id is, only on which reports share one (the
+    /// model's request symmetry renames requests).
+    pub fn renamed(&self, rename: impl Fn(&Id) -> Id) -> Self {
+        let entries = |map: &BTreeMap<Id, Entry>| -> BTreeMap<Id, Entry> {
+            map.iter().map(|(id, e)| (rename(id), e.clone())).collect()
+        };
+        Aggregator {
+            policy: self.policy,
+            expected: self.expected,
+            sending: entries(&self.sending),
+            recving: entries(&self.recving),
+            pending_failed: self.pending_failed.iter().map(&rename).collect(),
+        }
+    }
+
     /// The scheduler expects reports for `id` in `direction` (a delay-free for sends, a
     /// remote load for receives). `Countdown` ignores this, like vLLM.
     pub fn announce(&mut self, direction: Direction, id: Id) {

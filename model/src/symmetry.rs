@@ -18,6 +18,19 @@
 //! symmetric states get one fingerprint, and every member of a class gets the same
 //! representative (which replaying a counterexample through concrete states relies on).
 //!
+//! Requests are interchangeable too: every request of a model has the same
+//! configuration, actions on one request never read another's cells, and the aggregators
+//! key their countdowns by id without reading what the id is. Renaming the requests
+//! (their scheduler facts, their column of every per-(rank, request) vector, their ids in
+//! both aggregators) maps behaviours to behaviours and keeps every clause, each of which
+//! quantifies over all requests. The exception is P's `_reqs_to_send` order under a
+//! head-only reaper, where requests that arrive in one step go in id order
+//! ([`crate::topology::Topology::ordered_leases`]): there requests stay apart. The
+//! representative is the least, in the derived order of [`State`], of the rank
+//! representatives of the request orders that sort the requests by a key that renaming
+//! ranks does not change (ties tried every way): the candidates are the same for every
+//! member of a class, so the least is too.
+//!
 //! Only the `Countdown` aggregator is symmetric: it has no reporter identity. `Strict`
 //! remembers which ranks formed a quorum, and when more than E reports arrive in one step
 //! the quorum is the first E in rank order, so renaming ranks changes what it remembers.
@@ -25,6 +38,7 @@
 
 use crate::state::{RequestId, State};
 use kvcc_aggregator::{Policy, Rank};
+use smallvec::SmallVec;
 
 impl State {
     /// Are interchangeable ranks really interchangeable in this state's model? Not under
@@ -45,6 +59,178 @@ impl State {
         if !self.symmetric() {
             return self;
         }
+        if self.request_count() < 2 || self.topology().ordered_leases {
+            return self.into_rank_representative();
+        }
+        // Requests with pairwise different scheduler facts are ordered by those alone
+        // (the first part of the key): the common case, with no key built.
+        let requests = &self.requests;
+        let n = requests.len();
+        if (0..n).all(|a| (a + 1..n).all(|b| requests[a] != requests[b])) {
+            if (1..n).all(|i| requests[i - 1] < requests[i]) {
+                return self.into_rank_representative();
+            }
+            let mut order: SmallVec<[RequestId; 3]> = (0..n as RequestId).collect();
+            order.sort_by_key(|&r| requests[usize::from(r)]);
+            return self.renamed(&order).into_rank_representative();
+        }
+        let orders = self.request_orders();
+        if orders.len() == 1
+            && orders[0]
+                .iter()
+                .enumerate()
+                .all(|(i, &r)| usize::from(r) == i)
+        {
+            return self.into_rank_representative();
+        }
+        orders
+            .iter()
+            .map(|order| self.renamed(order).into_rank_representative())
+            .min()
+            .expect("at least one request order")
+    }
+
+    /// The request orders to try: requests sorted by [`State::request_key`], every order
+    /// of requests whose keys tie. `order[i]` is the request that becomes request `i`.
+    fn request_orders(&self) -> Vec<SmallVec<[RequestId; 3]>> {
+        let keys: Vec<_> = (0..self.request_count() as RequestId)
+            .map(|r| self.request_key(r))
+            .collect();
+        let mut sorted: SmallVec<[RequestId; 3]> = (0..self.request_count() as RequestId).collect();
+        sorted.sort_by(|&a, &b| keys[usize::from(a)].cmp(&keys[usize::from(b)]));
+        let mut orders = vec![SmallVec::new()];
+        let mut start = 0;
+        while start < sorted.len() {
+            let tie = keys[usize::from(sorted[start])].clone();
+            let end = start
+                + sorted[start..]
+                    .iter()
+                    .take_while(|&&r| keys[usize::from(r)] == tie)
+                    .count();
+            let group = &sorted[start..end];
+            // Requests equal cell for cell: every order of them is the same state.
+            let alike = group.iter().all(|&r| self.same_request(group[0], r));
+            let group_orders = if alike {
+                vec![group.iter().copied().collect()]
+            } else {
+                permutations(group)
+            };
+            orders = orders
+                .into_iter()
+                .flat_map(|prefix: SmallVec<[RequestId; 3]>| {
+                    group_orders.clone().into_iter().map(move |tail| {
+                        let mut order = prefix.clone();
+                        order.extend(tail);
+                        order
+                    })
+                })
+                .collect();
+            start = end;
+        }
+        orders
+    }
+
+    /// Are requests `a` and `b` equal in every fact, rank by rank, so that swapping them
+    /// changes nothing?
+    fn same_request(&self, a: RequestId, b: RequestId) -> bool {
+        use kvcc_aggregator::Direction;
+        let n = self.request_count();
+        let (a, b) = (usize::from(a), usize::from(b));
+        fn column_eq<T: PartialEq>(cells: &[T], n: usize, a: usize, b: usize) -> bool {
+            cells.chunks(n).all(|row| row[a] == row[b])
+        }
+        let aggregator_eq = |agg: &kvcc_aggregator::Aggregator<RequestId>| {
+            let (a, b) = (a as RequestId, b as RequestId);
+            [Direction::Sending, Direction::Recving]
+                .iter()
+                .all(|&d| agg.remaining(d, &a) == agg.remaining(d, &b))
+                && agg.pending_failed().contains(&a) == agg.pending_failed().contains(&b)
+        };
+        self.requests[a] == self.requests[b]
+            && column_eq(&self.prefill, n, a, b)
+            && column_eq(&self.handles, n, a, b)
+            && column_eq(&self.decode, n, a, b)
+            && column_eq(&self.child_loads, n, a, b)
+            && aggregator_eq(&self.prefill_aggregator)
+            && aggregator_eq(&self.decode_aggregator)
+    }
+
+    /// What renaming ranks leaves of request `r`: its scheduler facts and the multiset of
+    /// each of its columns.
+    #[allow(clippy::type_complexity)]
+    fn request_key(
+        &self,
+        r: RequestId,
+    ) -> (
+        crate::state::Request,
+        SmallVec<[crate::state::PrefillCell; 16]>,
+        SmallVec<[crate::state::HandlePhase; 16]>,
+        SmallVec<[crate::state::DecodeCell; 16]>,
+        SmallVec<[crate::state::LoadPhase; 16]>,
+    ) {
+        let n = self.request_count();
+        let r = usize::from(r);
+        fn column<T: Copy + Ord, const N: usize>(
+            cells: &[T],
+            n: usize,
+            r: usize,
+        ) -> SmallVec<[T; N]>
+        where
+            [T; N]: smallvec::Array<Item = T>,
+        {
+            let mut column: SmallVec<[T; N]> = cells.iter().skip(r).step_by(n).copied().collect();
+            column.sort_unstable();
+            column
+        }
+        (
+            self.requests[r],
+            column(&self.prefill, n, r),
+            column(&self.handles, n, r),
+            column(&self.decode, n, r),
+            column(&self.child_loads, n, r),
+        )
+    }
+
+    /// This state with request `order[i]` renamed `i`.
+    fn renamed(&self, order: &[RequestId]) -> State {
+        let n = self.request_count();
+        let mut next = self.clone();
+        let mut new_id = [0 as RequestId; crate::config::MAX_REQUESTS];
+        for (i, &old) in order.iter().enumerate() {
+            new_id[usize::from(old)] = i as RequestId;
+            next.requests[i] = self.requests[usize::from(old)];
+        }
+        fn columns<T: Copy, const N: usize>(
+            cells: &mut SmallVec<[T; N]>,
+            from: &[T],
+            n: usize,
+            order: &[RequestId],
+        ) where
+            [T; N]: smallvec::Array<Item = T>,
+        {
+            for row in 0..from.len() / n {
+                for (i, &old) in order.iter().enumerate() {
+                    cells[row * n + i] = from[row * n + usize::from(old)];
+                }
+            }
+        }
+        columns(&mut next.prefill, &self.prefill, n, order);
+        columns(&mut next.handles, &self.handles, n, order);
+        columns(&mut next.decode, &self.decode, n, order);
+        columns(&mut next.child_loads, &self.child_loads, n, order);
+        let rename = |id: &RequestId| new_id[usize::from(*id)];
+        // An empty aggregator stays shared: renaming changes nothing in it.
+        if !self.prefill_aggregator.is_empty() {
+            next.prefill_aggregator = std::sync::Arc::new(self.prefill_aggregator.renamed(rename));
+        }
+        if !self.decode_aggregator.is_empty() {
+            next.decode_aggregator = std::sync::Arc::new(self.decode_aggregator.renamed(rename));
+        }
+        next
+    }
+
+    /// The canonical member of this state's class under renaming ranks alone.
+    fn into_rank_representative(self) -> State {
         let mut next = match self.group_order() {
             None => self,
             Some((prefill_from, decode_from, handle_from)) => {
@@ -165,6 +351,29 @@ impl State {
         }
         Some((prefill_from, decode_from, handle_from))
     }
+}
+
+/// Every order of `items` (at most 3 of them, so at most 6 orders).
+fn permutations(items: &[RequestId]) -> Vec<SmallVec<[RequestId; 3]>> {
+    if items.len() <= 1 {
+        return vec![items.iter().copied().collect()];
+    }
+    let mut all = Vec::new();
+    for (i, &first) in items.iter().enumerate() {
+        let rest: SmallVec<[RequestId; 3]> = items
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .map(|(_, &r)| r)
+            .collect();
+        for tail in permutations(&rest) {
+            let mut order: SmallVec<[RequestId; 3]> = SmallVec::new();
+            order.push(first);
+            order.extend(tail);
+            all.push(order);
+        }
+    }
+    all
 }
 
 /// Rows of `n` cells, taken from the old row positions `from` in order.

@@ -50,29 +50,33 @@ fn one_request(text: String) -> String {
     text.replace("\nrequests = 2\n", "\nrequests = 1\n")
 }
 
+/// 49,037 states while only ranks were interchangeable; its two requests are too (issue
+/// 15's request symmetry).
 #[test]
-fn issue6_pr59325_fix_pcp4_tp2_explores_49037_states() {
+fn issue15_pr59325_fix_pcp4_tp2_explores_24684_states() {
     let spec = bench_spec("pr59325-fix-pcp4-tp2", unchanged);
-    assert_eq!(explored(&spec), (49_037, 195_455));
+    assert_eq!(explored(&spec), (24_684, 98_312));
 }
 
 #[test]
 fn issue6_pr59325_fix_pcp8_explores_as_many_states_as_pcp2() {
     let spec = bench_spec("pr59325-fix-pcp8", unchanged);
-    assert_eq!(explored(&spec), (2_481, 6_829));
+    // 2,481 while only ranks were interchangeable; its two requests are too.
+    assert_eq!(explored(&spec), (1_266, 3_473));
     // Replicated ranks > 0 are interchangeable: pcp 8 collapses to pcp 2's graph.
     let pcp2 = bench_spec("pr59325-fix-pcp8", |t| t.replace("pcp = 8", "pcp = 2"));
-    assert_eq!(explored(&pcp2), (2_481, 6_829));
+    assert_eq!(explored(&pcp2), (1_266, 3_473));
 }
 
 /// 708,689 states while every worker's store completed on its own, interleaved with
 /// everything; 454,720 once replicas were permuted per request column. Since each P step
 /// chooses which stores its poll finds done (one choice per count among equal replicas),
-/// the "stored, not yet polled" states and the orders of stores are gone.
+/// the "stored, not yet polled" states and the orders of stores are gone (22,116). Its
+/// two requests are interchangeable too (issue 15).
 #[test]
-fn issue6_pr53903_multiconnector_pcp4_explores_22116_states() {
+fn issue15_pr53903_multiconnector_pcp4_explores_11133_states() {
     let spec = bench_spec("pr53903-multiconnector-pcp4", unchanged);
-    assert_eq!(explored(&spec), (22_116, 298_100));
+    assert_eq!(explored(&spec), (11_133, 150_357));
 }
 
 #[test]
@@ -90,10 +94,10 @@ fn issue6_pr56104_hetero_tp_with_one_request_explores_1951_states() {
 }
 
 #[test]
-#[ignore = "6.9 million states: run in release, cargo test --release -p kvcc-e2e -- --ignored bench::"]
-fn issue6_pr56104_hetero_tp_explores_6865097_states() {
+#[ignore = "3.4 million states (6.9 million before requests were interchangeable): run in release, cargo test --release -p kvcc-e2e -- --ignored bench::"]
+fn issue15_pr56104_hetero_tp_explores_3434460_states() {
     let spec = bench_spec("pr56104-hetero-tp", unchanged);
-    assert_eq!(explored(&spec), (6_865_097, 34_261_372));
+    assert_eq!(explored(&spec), (3_434_460, 17_139_416));
 }
 
 /// Every field harness/FORMATS.md documents for `kvcc-bench --format json` check lines.
