@@ -43,9 +43,15 @@ use smallvec::SmallVec;
 impl State {
     /// Are interchangeable ranks really interchangeable in this state's model? Not under
     /// `Strict` (module docs), nor when stages before the last return no output: replicas
-    /// of different stages then behave differently.
+    /// of different stages then behave differently. Nor when a count may be announced and
+    /// the output rank is not the first (pipeline stages): vLLM's aggregator takes a new
+    /// count as it reaches the output rank's output, in rank order, so ranks before it
+    /// open countdowns with the old count and ranks after it with the new one (a fuzz
+    /// find: P pp 2 · pcp 2 loading KV with an announced count).
     pub fn symmetric(&self) -> bool {
-        self.prefill_aggregator.policy() != Policy::Strict && !self.topology().stages_differ
+        let t = self.topology();
+        let order_matters = t.prefill_announced.is_some() && t.prefill_output_rank != 0;
+        self.prefill_aggregator.policy() != Policy::Strict && !t.stages_differ && !order_matters
     }
 
     /// The canonical member of this state's symmetry class.

@@ -717,3 +717,29 @@ fn issue11_the_explorer_offers_only_actions_that_change_the_state() {
     }
     assert!(unchanged_enabled > 0, "the model does enable no-op actions");
 }
+
+/// A fuzz find (issue 16): with pipeline stages the output rank is not the first, and
+/// vLLM's aggregator takes an announced count as it reaches the output rank's output, so
+/// a replica before it and one after it are not interchangeable. Swapping them breaks the
+/// bisimulation, so the reduction is off for such a model.
+#[test]
+fn issue16_replicas_on_either_side_of_an_announcing_output_rank_are_not_interchangeable() {
+    let mut config = fix(2, 1);
+    config.prefill.pp = 2;
+    config.prefill.loads_kv = true;
+    config.announced_count = Some(kvcc_model::config::ExpectedCount::WorldSizeOverPcp);
+    config.producer.replicated_reports = kvcc_model::config::ReplicatedReports::Nothing;
+    config.producer.lease = false;
+    config.faults.client_abort = false;
+    config.faults.lost_notification = false;
+    let model = ContractModel::new(config);
+    // Ranks 1 (stage 0) and 3 (stage 1) are the replicas; the output rank is 2.
+    let swap_replicas = |s: &kvcc_model::State| {
+        let mut t = s.clone();
+        t.prefill.swap(1, 3);
+        t
+    };
+    assert!(first_break(&model, swap_replicas).is_some());
+    assert!(!model.initial_state().symmetric());
+    assert_eq!(first_break(&model, |s| s.representative()), None);
+}
