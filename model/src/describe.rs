@@ -146,6 +146,20 @@ pub fn stores(stores: &StoresDone) -> String {
         .join("; ")
 }
 
+/// Of `handles`, how many are done for `r`, and how many there are.
+pub fn handles_done(state: &State, handles: impl Iterator<Item = usize>, r: u8) -> (usize, usize) {
+    handles.fold((0, 0), |(done, all), h| {
+        (
+            done + usize::from(state.handle(h, r) == HandlePhase::Done),
+            all + 1,
+        )
+    })
+}
+
+fn done_value((done, all): (usize, usize)) -> Value {
+    Value::Tup(vec![Value::Int(done as i64), Value::Int(all as i64)])
+}
+
 /// Who reads from whom through `handle`; an action from a trace may name a handle this
 /// topology does not have, and is then described, not trusted.
 fn read(topology: &crate::topology::Topology, handle: u16) -> String {
@@ -296,18 +310,8 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
             facts.insert(format!("P rank{rank}{role} req{i}"), Value::text(send));
             if t.is_transfer(rank) && t.push {
                 // Its own WRITEs done, of those it posts.
-                let writes: Vec<usize> = t.handles_reading(rank).collect();
-                let done = writes
-                    .iter()
-                    .filter(|&&h| state.handle(h, i as u8) == HandlePhase::Done)
-                    .count();
-                facts.insert(
-                    format!("P rank{rank} req{i} writes done"),
-                    Value::Tup(vec![
-                        Value::Int(done as i64),
-                        Value::Int(writes.len() as i64),
-                    ]),
-                );
+                let done = handles_done(state, t.handles_reading(rank), i as u8);
+                facts.insert(format!("P rank{rank} req{i} writes done"), done_value(done));
             } else if t.is_transfer(rank) {
                 // Notifications received of those expected.
                 facts.insert(
@@ -358,17 +362,10 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
         if t.push {
             // P's notifications counted, of one per P rank writing into the D rank.
             for d in 0..t.decode_world {
-                let writes: Vec<usize> = t.handles_of(d).collect();
-                let done = writes
-                    .iter()
-                    .filter(|&&h| state.handle(h, i as u8) == HandlePhase::Done)
-                    .count();
+                let done = handles_done(state, t.handles_of(d), i as u8);
                 facts.insert(
                     format!("D rank{d} req{i} push notifications"),
-                    Value::Tup(vec![
-                        Value::Int(done as i64),
-                        Value::Int(writes.len() as i64),
-                    ]),
+                    done_value(done),
                 );
             }
         }

@@ -514,19 +514,11 @@ fn push_lines(
         return Vec::new();
     };
     let (p, d) = (plan.source, plan.decoder);
-    let done = |hs: &mut dyn Iterator<Item = usize>| -> (usize, usize) {
-        let all: Vec<usize> = hs.collect();
-        let done = all
-            .iter()
-            .filter(|&&h| after.handle(h, r) == HandlePhase::Done)
-            .count();
-        (done, all.len())
-    };
-    let (counted, expected) = done(&mut t.handles_of(d));
+    let (counted, expected) = describe::handles_done(after, t.handles_of(d), r);
     let mut lines = vec![format!(
         "D rank {d} counts P rank {p}'s notification for req{r} ({counted}/{expected})"
     )];
-    let (written, writes) = done(&mut t.handles_reading(p));
+    let (written, writes) = describe::handles_done(after, t.handles_reading(p), r);
     let (was, is) = (
         before.prefill_cell(p, r).send,
         after.prefill_cell(p, r).send,
@@ -913,11 +905,8 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             handle, request, ..
         } if t.push => {
             if let Some(plan) = t.handles.get(usize::from(handle)) {
-                let counted = t
-                    .handles_of(plan.decoder)
-                    .filter(|&h| after.handle(h, request) == HandlePhase::Done)
-                    .count();
-                let expected = t.handles_of(plan.decoder).count();
+                let (counted, expected) =
+                    describe::handles_done(after, t.handles_of(plan.decoder), request);
                 events.push(message(
                     PrefillRank(plan.source),
                     DecodeRank(plan.decoder),
