@@ -31,6 +31,9 @@ pub struct Settings {
     pub all_traces: bool,
     /// Compare states in full, not by fingerprint alone (`--exact`).
     pub exact: bool,
+    /// Explore without the symmetry of interchangeable ranks and requests
+    /// (`--no-symmetry`, to compare).
+    pub no_symmetry: bool,
 }
 
 /// What the checker concluded.
@@ -154,7 +157,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
     let model = ContractModel::new(case.config.clone());
     let options = Options {
         threads: settings.threads.max(1),
-        symmetry: true,
+        symmetry: !settings.no_symmetry,
         limits: limits(spec, settings),
         progress: settings.progress.clone(),
         shortest: settings.shortest,

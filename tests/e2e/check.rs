@@ -601,3 +601,55 @@ fn issue13_quiet_prints_only_mismatches_and_the_summary() {
         "{stdout}"
     );
 }
+
+/// `--no-symmetry` explores the unreduced graph: more states where ranks or requests are
+/// interchangeable, the same verdicts and violated clauses, and the flag is repeated in
+/// the reproduce command so a trace reproduces the run that found it.
+#[test]
+fn issue15_no_symmetry_explores_more_states_with_the_same_verdicts() {
+    // The seed fix with two requests (holds), and a family that violates.
+    let checks = |extra: &[&str]| -> Vec<(String, String, u64)> {
+        let runs: [&[&str]; 2] = [
+            &["specs/pr59325-fix.toml", "--point", "requests=2"],
+            &["specs/multiconnector-repeated-load-report.toml"],
+        ];
+        let mut lines = Vec::new();
+        for spec in runs {
+            let mut args = vec!["check", "--format", "json"];
+            args.extend(spec);
+            args.extend(extra);
+            let (_, stdout, stderr) = run(&args);
+            assert!(!stderr.contains("error"), "{stderr}");
+            for l in stdout.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+                let clauses: Vec<String> = v["violations"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| format!("{}: {}", c["property"], c["clause"]))
+                    .collect();
+                lines.push((
+                    format!("{} {}", v["spec"], v["point"]),
+                    format!("{} {clauses:?}", v["verdict"]),
+                    v["unique_states"].as_u64().unwrap(),
+                ));
+            }
+        }
+        lines
+    };
+    let reduced = checks(&[]);
+    let full = checks(&["--no-symmetry"]);
+    assert_eq!(reduced.len(), full.len());
+    assert!(!reduced.is_empty());
+    let mut larger = 0;
+    for (r, f) in reduced.iter().zip(&full) {
+        assert_eq!(
+            (&r.0, &r.1),
+            (&f.0, &f.1),
+            "same check, same verdict and clauses"
+        );
+        assert!(f.2 >= r.2, "{}: {} unreduced < {} reduced", r.0, f.2, r.2);
+        larger += usize::from(f.2 > r.2);
+    }
+    assert!(larger > 0, "the reduction bites somewhere");
+}

@@ -75,6 +75,10 @@ pub struct Args {
     /// found makes the check inconclusive).
     #[arg(long)]
     pub exact: bool,
+    /// Explore without the symmetry reduction (interchangeable ranks and requests), to
+    /// compare its counts and verdicts with the reduced run's: more states, same verdicts.
+    #[arg(long)]
+    pub no_symmetry: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -225,6 +229,9 @@ fn settings(args: &Args) -> Settings {
     if args.exact {
         limit_args.push("--exact".to_string());
     }
+    if args.no_symmetry {
+        limit_args.push("--no-symmetry".to_string());
+    }
     Settings {
         progress: None,
         threads,
@@ -240,6 +247,7 @@ fn settings(args: &Args) -> Settings {
         shortest: args.shortest,
         all_traces: args.all_traces,
         exact: args.exact,
+        no_symmetry: args.no_symmetry,
     }
 }
 
