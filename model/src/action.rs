@@ -86,6 +86,32 @@ pub enum Action {
 }
 
 impl Action {
+    /// Is this action nothing but an injected fault or a client's choice, whatever its
+    /// fields? A run may always leave it out, so fairness never forces it. (Actions
+    /// that are faults only with some fields, such as a read whose notification is lost,
+    /// have fair twins: [`crate::ContractModel::is_fault_action`] says which.)
+    pub fn is_injected_only(&self) -> bool {
+        match self {
+            Action::ClientAborts { .. }
+            | Action::DecoderCrashes { .. }
+            | Action::DecodeRejects { .. }
+            | Action::ReadFails { .. }
+            | Action::ChildReportsAgain { .. }
+            | Action::OffloadStoreRaises { .. }
+            | Action::PrefillPreempted { .. } => true,
+            Action::PrefillFinishes { .. }
+            | Action::PrefillWorkerLoads { .. }
+            | Action::PrefillEngineSteps { .. }
+            | Action::LeaseExpires { .. }
+            | Action::DecodeAdmits { .. }
+            | Action::HandshakeCompletes { .. }
+            | Action::ReadCompletes { .. }
+            | Action::DecodeEngineSteps { .. }
+            | Action::DecodeChildLoads { .. }
+            | Action::StaleStoreCompletes { .. } => false,
+        }
+    }
+
     /// For an engine step, its faults: (the output rank's output lost, a worker raised);
     /// None for any other action.
     pub fn step_faults(&self) -> Option<(bool, bool)> {

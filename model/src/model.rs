@@ -424,30 +424,19 @@ impl ContractModel {
     /// Whether `action` is an injected fault: everything a spec's `[faults]` table
     /// injects, and the client's abort.
     pub fn is_fault_action(&self, action: &Action) -> bool {
-        match *action {
-            Action::ClientAborts { .. }
-            | Action::DecoderCrashes { .. }
-            | Action::DecodeRejects { .. }
-            | Action::ReadFails { .. }
-            | Action::ChildReportsAgain { .. }
-            | Action::OffloadStoreRaises { .. }
-            | Action::PrefillPreempted { .. } => true,
-            Action::ReadCompletes {
-                notification_lost, ..
-            } => notification_lost,
-            Action::HandshakeCompletes { ok, .. } => !ok,
-            // A newly announced count is a behaviour the spec enables (`announced-count`),
-            // not an injected fault.
-            Action::PrefillEngineSteps { .. } | Action::DecodeEngineSteps { .. } => action
-                .step_faults()
-                .is_some_and(|(lost, raised)| lost || raised),
-            Action::PrefillFinishes { .. }
-            | Action::PrefillWorkerLoads { .. }
-            | Action::LeaseExpires { .. }
-            | Action::DecodeAdmits { .. }
-            | Action::DecodeChildLoads { .. }
-            | Action::StaleStoreCompletes { .. } => false,
-        }
+        action.is_injected_only()
+            || match *action {
+                Action::ReadCompletes {
+                    notification_lost, ..
+                } => notification_lost,
+                Action::HandshakeCompletes { ok, .. } => !ok,
+                // A newly announced count is a behaviour the spec enables
+                // (`announced-count`), not an injected fault.
+                Action::PrefillEngineSteps { .. } | Action::DecodeEngineSteps { .. } => action
+                    .step_faults()
+                    .is_some_and(|(lost, raised)| lost || raised),
+                _ => false,
+            }
     }
 
     /// Remembers, until P frees a request, whether a fault touched it and whether a
@@ -517,16 +506,7 @@ impl crate::checker::Checkable for ContractModel {
     fn is_optional(&self, action: &Action) -> bool {
         // Faults and client choices. Their fair counterparts (the read completing, the
         // step happening, D admitting) are separate actions that stay forced.
-        matches!(
-            action,
-            Action::ClientAborts { .. }
-                | Action::DecoderCrashes { .. }
-                | Action::DecodeRejects { .. }
-                | Action::ReadFails { .. }
-                | Action::ChildReportsAgain { .. }
-                | Action::OffloadStoreRaises { .. }
-                | Action::PrefillPreempted { .. }
-        )
+        action.is_injected_only()
     }
 
     fn is_fault(&self, action: &Action) -> bool {
