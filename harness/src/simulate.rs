@@ -250,12 +250,20 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
         if a.decode != b.decode {
             let event = match b.decode {
                 DecodePhase::Loading => Some(EventKind::WaitingForRemoteKvs),
-                DecodePhase::Running => Some(EventKind::Woken),
+                // Woken once its load is in; with a finite pool running comes later, and
+                // past the wake-up D's log has nothing more for the connector.
+                DecodePhase::Loaded => Some(EventKind::Woken),
+                DecodePhase::Running if a.decode == DecodePhase::Loading => Some(EventKind::Woken),
                 DecodePhase::Failed => Some(EventKind::LoadFailed),
-                DecodePhase::Freed => Some(EventKind::Freed),
-                // An abort (already logged), or a request D never admitted.
-                DecodePhase::AbortedLoading
+                DecodePhase::Freed if a.decode != DecodePhase::Loaded => Some(EventKind::Freed),
+                // An abort (already logged), a request D never admitted, or one past its
+                // wake-up.
+                DecodePhase::Running
+                | DecodePhase::Freed
+                | DecodePhase::Done
+                | DecodePhase::AbortedLoading
                 | DecodePhase::Pending
+                | DecodePhase::Queued
                 | DecodePhase::Gone
                 | DecodePhase::Crashed => None,
             };

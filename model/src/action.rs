@@ -83,6 +83,9 @@ pub enum Action {
     },
     /// The client aborts a request (both schedulers hear of it).
     ClientAborts { request: RequestId },
+    /// A request running on D reaches its end and its blocks return to the pool
+    /// (`decode.kv-blocks`).
+    DecodeFinishes { request: RequestId },
 }
 
 impl Action {
@@ -108,6 +111,7 @@ impl Action {
             | Action::ReadCompletes { .. }
             | Action::DecodeEngineSteps { .. }
             | Action::DecodeChildLoads { .. }
+            | Action::DecodeFinishes { .. }
             | Action::StaleStoreCompletes { .. } => false,
         }
     }

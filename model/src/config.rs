@@ -96,6 +96,14 @@ fn one_u16() -> u16 {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Decode {
     pub tp: u16,
+    /// D's KV block pool, in blocks of one request's share: every request needs two,
+    /// one for the prefix it loads from P and one for the rest of its sequence once it
+    /// runs. Absent: the pool always has room (no admission ever waits for blocks).
+    /// vLLM allocates a remote load's blocks when its scheduler admits the request
+    /// (v1/core/sched/scheduler.py, `schedule`, `load_kv_async`), and a scan of the
+    /// waiting queues stops at the first request it cannot allocate for.
+    #[serde(default)]
+    pub kv_blocks: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -416,6 +424,25 @@ pub struct Scheduler {
     pub decode_stepping: Option<Stepping>,
     /// What an engine does after a worker's step raises (`faults.worker-step-raises`).
     pub failed_step: FailedStep,
+    /// What D's scheduler must find free before admitting a remote load
+    /// (`decode.kv-blocks`).
+    pub load_reservation: LoadReservation,
+}
+
+/// The room D's scheduler asks for when it admits a request whose KV loads
+/// asynchronously. A loading request cannot be preempted (it is not running), so blocks
+/// handed to loads that can never all run are never given back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadReservation {
+    /// The request's whole sequence must fit beside what every load already admitted
+    /// still needs (`_inflight_prefill_reserved_blocks`): current vLLM, PR #44560.
+    #[default]
+    FullSequence,
+    /// Only the loaded prefix must fit: before #44560. Loads admitted together can hold
+    /// every block, each then needs more to run, the scan stops at the first and nothing
+    /// runs to free any (vLLM issue #45388, "Running: 0, Waiting: N" for ever).
+    PrefixOnly,
 }
 
 /// After a worker raises in `execute_model`: vLLM's executor turns the first failed reply
@@ -461,6 +488,7 @@ impl Default for Scheduler {
             prefill_stepping: None,
             decode_stepping: None,
             failed_step: FailedStep::FailStop,
+            load_reservation: LoadReservation::FullSequence,
         }
     }
 }
@@ -766,6 +794,25 @@ impl Config {
                 "needs transfer = \"push-writes\" (in pull mode a failed read is faults.transfer-error)".into(),
             );
         }
+        match self.decode.kv_blocks {
+            Some(blocks) if !(2..=2 * self.requests).contains(&blocks) => {
+                return err(
+                    "decode.kv-blocks",
+                    format!(
+                        "must be 2 to {} (two blocks a request, {} requests), got {blocks}: a request needs one block for its loaded prefix and one to run, and vLLM refuses to start when one sequence cannot fit",
+                        2 * self.requests,
+                        self.requests
+                    ),
+                );
+            }
+            None if self.scheduler.load_reservation != LoadReservation::FullSequence => {
+                return err(
+                    "scheduler.load-reservation",
+                    "needs decode.kv-blocks: without a finite pool no admission ever waits for blocks".into(),
+                );
+            }
+            _ => {}
+        }
         for (field, count) in [
             ("expected-count", Some(self.expected_count)),
             ("announced-count", self.announced_count),
@@ -797,7 +844,10 @@ pub(crate) mod tests {
                 loads_kv: false,
                 pp_stage_output: StageOutput::ConnectorOutput,
             },
-            decode: Decode { tp: 1 },
+            decode: Decode {
+                tp: 1,
+                kv_blocks: None,
+            },
             requests: 1,
             max_concurrent_batches: 1,
             expected_count: ExpectedCount::WorldSize,
@@ -828,6 +878,21 @@ pub(crate) mod tests {
         c.requests = 4;
         assert_eq!(c.validate().unwrap_err().field, "requests");
         assert!(base().validate().is_ok());
+    }
+
+    #[test]
+    fn a_block_pool_fits_one_sequence_and_a_reservation_needs_a_pool() {
+        let mut c = base();
+        c.requests = 2;
+        c.scheduler.load_reservation = LoadReservation::PrefixOnly;
+        assert_eq!(
+            c.validate().unwrap_err().field,
+            "scheduler.load-reservation"
+        );
+        for (blocks, ok) in [(1, false), (2, true), (4, true), (5, false)] {
+            c.decode.kv_blocks = Some(blocks);
+            assert_eq!(c.validate().is_ok(), ok, "{blocks} blocks");
+        }
     }
 
     #[test]

@@ -61,13 +61,23 @@ pub fn action(t: &Topology, action: &Action) -> String {
         }
         Action::DecodeAdmits {
             request,
-            prefix_hit: false,
-        } => format!("D scheduler: admits req{request}, WAITING_FOR_REMOTE_KVS"),
-        Action::DecodeAdmits {
-            request,
-            prefix_hit: true,
+            prefix_hit,
         } => {
-            format!("D scheduler: admits req{request} with a full local prefix hit (notify-only)")
+            let hit = if prefix_hit {
+                " with a full local prefix hit (notify-only)"
+            } else {
+                ""
+            };
+            if t.decode_blocks.is_some() {
+                format!("D scheduler: req{request} joins the waiting queue{hit}")
+            } else if prefix_hit {
+                format!("D scheduler: admits req{request}{hit}")
+            } else {
+                format!("D scheduler: admits req{request}, WAITING_FOR_REMOTE_KVS")
+            }
+        }
+        Action::DecodeFinishes { request } => {
+            format!("D: req{request} finishes decoding, its blocks return to the pool")
         }
         Action::DecoderCrashes { request: r } => format!("[FAULT] D crashes before reading req{r}"),
         Action::DecodeRejects { request: r } => {
@@ -201,6 +211,7 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::ChildReportsAgain { .. } => "ChildReportsAgain",
         Action::DecodeEngineSteps { .. } => "DecodeEngineSteps",
         Action::ClientAborts { .. } => "ClientAborts",
+        Action::DecodeFinishes { .. } => "DecodeFinishes",
     }
 }
 
@@ -286,6 +297,13 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
             format!("D req{i} load metadata"),
             Value::text(metadata(q.recv_meta)),
         );
+        if t.decode_blocks.is_some() && q.decode.queued() {
+            // Its place in D's queues, which the scheduler's scan walks in order.
+            facts.insert(
+                format!("D req{i} queue place"),
+                Value::Int(i64::from(q.arrival)),
+            );
+        }
         for rank in 0..t.prefill_world {
             let cell = state.prefill_cell(rank, i as u8);
             let role = if t.is_transfer(rank) {
@@ -392,6 +410,15 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
     }
     aggregator_facts(&mut facts, "P", &state.prefill_aggregator);
     aggregator_facts(&mut facts, "D", &state.decode_aggregator);
+    if let Some(pool) = t.decode_blocks {
+        facts.insert(
+            "D free blocks".into(),
+            Value::Tup(vec![
+                Value::Int(i64::from(pool - state.decode_blocks_held())),
+                Value::Int(i64::from(pool)),
+            ]),
+        );
+    }
     facts.insert("incidents".into(), incidents(state.incidents));
     facts
 }
@@ -466,6 +493,9 @@ pub fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
         DecodePhase::Freed => "freed",
         DecodePhase::Gone => "never admitted",
         DecodePhase::Crashed => "D crashed before reading",
+        DecodePhase::Queued => "WAITING, no blocks yet",
+        DecodePhase::Loaded => "KV loaded, WAITING for the block to run (prefix block held)",
+        DecodePhase::Done => "finished, blocks returned",
     };
     if prefix_hit {
         format!("{text} (full prefix hit)")

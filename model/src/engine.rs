@@ -131,6 +131,7 @@ pub fn decode_step(
     state: &mut State,
     output_lost: bool,
 ) -> Vec<WorkerOutput<RequestId>> {
+    scheduler::schedule_decode(config, state);
     for r in 0..state.request_count() as RequestId {
         if advance(&mut state.requests[usize::from(r)].recv_meta) {
             for d in 0..state.topology().decode_world {
@@ -154,7 +155,7 @@ pub fn decode_step(
         }
     }
     let outcome = aggregate(config, state, &outputs, Engine::Decode, DECODE_OUTPUT_RANK);
-    scheduler::on_decode_outcome(state, &outcome);
+    scheduler::on_decode_outcome(config, state, &outcome);
     outputs
 }
 

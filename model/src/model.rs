@@ -87,6 +87,7 @@ impl ContractModel {
                     emitted: 0,
                     rescue: 0,
                     queued_after: 0,
+                    arrival: 0,
                 };
                 n
             ],
@@ -160,6 +161,9 @@ impl ContractModel {
                 if faults.rejected_before_admission {
                     actions.push(Action::DecodeRejects { request: r });
                 }
+            }
+            if q.decode == DecodePhase::Running && c.decode.kv_blocks.is_some() {
+                actions.push(Action::DecodeFinishes { request: r });
             }
             for decoder in 0..t.decode_world {
                 let mut handles = t.handles_of(decoder);
@@ -411,6 +415,10 @@ impl ContractModel {
                 observation.decode_outputs = Some(engine::decode_step(c, &mut next, output_lost))
             }
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
+            Action::DecodeFinishes { request: r } => scheduler::finish_decode(&mut next, r),
+        }
+        if c.decode.kv_blocks.is_some() {
+            scheduler::renumber_arrivals(&mut next);
         }
         if next == *state {
             return None;

@@ -425,6 +425,16 @@ fn outcome_lines(engine: &str, before: &State, after: &State) -> Vec<String> {
     lines
 }
 
+/// D's pool after a step that can change it (`decode.kv-blocks`).
+fn pool_line(t: &Topology, after: &State) -> Option<String> {
+    t.decode_blocks.map(|pool| {
+        format!(
+            "D pool: {} of {pool} blocks free",
+            pool - after.decode_blocks_held()
+        )
+    })
+}
+
 fn incident_line(before: &State, after: &State) -> Option<String> {
     let new = Incidents(after.incidents.0 & !before.incidents.0);
     (new.0 != 0).then(|| format!("INCIDENT: {}", describe::incidents(new)))
@@ -645,6 +655,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
             if what.is_empty() {
                 what.push("nothing reported".into());
             }
+            what.extend(pool_line(t, after));
         }
         Action::ReadCompletes {
             handle, request, ..
@@ -711,6 +722,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                 .iter()
                 .map(|n| notification_line(n, t, after)),
         ),
+        Action::DecodeFinishes { .. } => what.extend(pool_line(t, after)),
         Action::PrefillWorkerLoads { .. }
         | Action::DecodeAdmits { .. }
         | Action::DecoderCrashes { .. }
@@ -812,14 +824,19 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             PrefillRank(rank),
             format!("lease on req{request} expires, counts it as sent"),
         )),
+        Action::DecodeFinishes { request } => events.push(note(
+            DecodeScheduler,
+            format!("req{request} finishes, blocks returned"),
+        )),
         Action::DecodeAdmits {
             request,
             prefix_hit,
         } => {
-            let how = if prefix_hit {
-                "full prefix hit, notify-only"
-            } else {
-                "waits for remote KV"
+            let how = match (prefix_hit, t.decode_blocks.is_some()) {
+                (true, false) => "full prefix hit, notify-only",
+                (true, true) => "queued for blocks, full prefix hit (notify-only)",
+                (false, true) => "queued for blocks",
+                (false, false) => "waits for remote KV",
             };
             events.push(message(
                 Client,

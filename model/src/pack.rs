@@ -46,7 +46,7 @@ macro_rules! codes {
 
 codes! {
     PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed }
-    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed }
+    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done }
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
     StorePhase { NotUsed, Storing, Stored, Leaked }
     LoadPhase { NotUsed, Loading, Done, Reported }
@@ -119,12 +119,9 @@ fn unfield<T: Code>(byte: u8, width: u32, shift: u32) -> T {
 pub fn pack(state: &State, out: &mut Vec<u8>) {
     for q in &state.requests {
         out.extend_from_slice(&[
-            field(q.prefill, 3, 0)
-                | field(q.decode, 3, 3)
-                | u8::from(q.prefix_hit) << 6
-                | u8::from(q.aborted) << 7,
+            field(q.prefill, 3, 0) | field(q.decode, 4, 3) | u8::from(q.aborted) << 7,
             q.send_meta.code(),
-            q.recv_meta.code(),
+            field(q.recv_meta, 3, 0) | u8::from(q.prefix_hit) << 3 | q.arrival << 4,
             q.emitted | q.rescue << 4 | q.queued_after << 6,
         ]);
     }
@@ -160,11 +157,12 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
         .chunks_exact(4)
         .map(|b| Request {
             prefill: unfield(b[0], 3, 0),
-            decode: unfield(b[0], 3, 3),
-            prefix_hit: b[0] & 1 << 6 != 0,
+            decode: unfield(b[0], 4, 3),
             aborted: b[0] & 1 << 7 != 0,
             send_meta: Metadata::decode(b[1]),
-            recv_meta: Metadata::decode(b[2]),
+            recv_meta: unfield(b[2], 3, 0),
+            prefix_hit: b[2] & 1 << 3 != 0,
+            arrival: b[2] >> 4,
             emitted: b[3] & 0x0f,
             rescue: (b[3] >> 4) & 0x03,
             queued_after: b[3] >> 6,
@@ -238,6 +236,9 @@ mod tests {
             D::Freed,
             D::Gone,
             D::Crashed,
+            D::Queued,
+            D::Loaded,
+            D::Done,
         ]);
         round_trip(&[
             Metadata::NotQueued,

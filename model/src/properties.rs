@@ -159,6 +159,12 @@ fn no_aborted_loader_left(_: &Config, s: &State) -> bool {
         .all(|q| q.decode != DecodePhase::AbortedLoading)
 }
 
+fn no_request_left_unscheduled(_: &Config, s: &State) -> bool {
+    s.requests
+        .iter()
+        .all(|q| !matches!(q.decode, DecodePhase::Queued | DecodePhase::Loaded))
+}
+
 fn no_prefill_load_left(_: &Config, s: &State) -> bool {
     s.requests
         .iter()
@@ -359,6 +365,13 @@ pub const PREFILL_LOAD_NEVER_COMPLETES: Clause = Clause {
     meaning: "a request waits for its own KV load on P forever",
     holds: no_prefill_load_left,
 };
+pub const REQUEST_NEVER_SCHEDULED: Clause = Clause {
+    property: "eventually-woken",
+    clause: "request-never-scheduled",
+    kind: Kind::Liveness,
+    meaning: "a request at D never runs: it waits in D's queue for blocks, or holds its loaded KV waiting for the block to run, behind a scan that stops at a request it cannot allocate for (vLLM issue #45388: Running 0, Waiting N)",
+    holds: no_request_left_unscheduled,
+};
 pub const COUNTDOWN_LEFT_OPEN: Clause = Clause {
     property: "aggregator-drains",
     clause: "countdown-left-open",
@@ -400,6 +413,7 @@ pub const CLAUSES: &[Clause] = &[
     LOADER_NEVER_WOKEN,
     ABORTED_LOADER_NEVER_FREED,
     PREFILL_LOAD_NEVER_COMPLETES,
+    REQUEST_NEVER_SCHEDULED,
     COUNTDOWN_LEFT_OPEN,
     FAILURE_LEFT_PENDING,
 ];

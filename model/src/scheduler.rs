@@ -6,11 +6,12 @@
 //! until aggregated `finished_recving` wakes it, as a success or a failure. Aborts follow
 //! the configured policies.
 
-use crate::config::{AbortFinished, AbortLoading, Config, Connector, Stepping};
+use crate::config::{AbortFinished, AbortLoading, Config, Connector, LoadReservation, Stepping};
 use crate::state::{
     DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
 };
 use kvcc_aggregator::{Direction, StepOutcome};
+use smallvec::SmallVec;
 
 /// P finishes prefilling `r`: the free is delayed and send metadata is queued.
 pub fn finish_prefill(config: &Config, state: &mut State, r: RequestId) {
@@ -27,15 +28,114 @@ pub fn finish_prefill(config: &Config, state: &mut State, r: RequestId) {
     }
 }
 
-/// D admits `r` (its kv_transfer_params came back from P) and waits for remote KV.
+/// `r` reaches D (its kv_transfer_params came back from P). Without a finite pool D
+/// admits it at once and it waits for remote KV; with one it joins the waiting queue,
+/// last, for the next scan ([`schedule_decode`]).
 pub fn admit_decode(config: &Config, state: &mut State, r: RequestId, prefix_hit: bool) {
+    state.requests[usize::from(r)].prefix_hit = prefix_hit;
+    if config.decode.kv_blocks.is_some() {
+        let behind = state.requests.iter().filter(|q| q.decode.queued()).count();
+        let request = &mut state.requests[usize::from(r)];
+        request.decode = DecodePhase::Queued;
+        request.arrival = behind as u8;
+    } else {
+        start_load(config, state, r);
+    }
+}
+
+/// D allocates `r`'s blocks and its workers are told to load: `WAITING_FOR_REMOTE_KVS`.
+fn start_load(config: &Config, state: &mut State, r: RequestId) {
     let request = &mut state.requests[usize::from(r)];
     request.decode = DecodePhase::Loading;
     request.recv_meta = Metadata::Due(config.max_concurrent_batches);
-    request.prefix_hit = prefix_hit;
     state
         .decode_aggregator_mut()
         .announce(Direction::Recving, r);
+}
+
+/// Where D's waiting-queue scan stopped: the request it could not allocate for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanStop {
+    pub request: RequestId,
+    /// Free blocks it needed: one more to run a loaded request, or what admission asks.
+    pub need: u8,
+    pub free: u8,
+}
+
+/// The waiting-queue scan at the start of a D step, with a finite pool. Requests already
+/// admitted (skipped while they load) come first, in arrival order, then the waiting
+/// queue: a loading request is passed over, a loaded one is promoted if one more block
+/// is free, a queued one admitted if the reservation allows; the first that cannot get
+/// its blocks ends the scan (`allocate_slots` returns None and the loop breaks), so
+/// nothing behind it is looked at this step. Returns where it stopped, if it did.
+pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
+    let pool = config.decode.kv_blocks?;
+    let mut order: SmallVec<[RequestId; 3]> = (0..state.request_count() as RequestId)
+        .filter(|&r| state.requests[usize::from(r)].decode.queued())
+        .collect();
+    order.sort_by_key(|&r| {
+        let q = &state.requests[usize::from(r)];
+        (q.decode == DecodePhase::Queued, q.arrival)
+    });
+    for r in order {
+        let free = pool
+            .checked_sub(state.decode_blocks_held())
+            .expect("D holds no more blocks than its pool");
+        let need = match state.requests[usize::from(r)].decode {
+            DecodePhase::Loading => continue,
+            DecodePhase::Loaded => 1,
+            _ => admission_need(config, state),
+        };
+        if free < need {
+            return Some(ScanStop {
+                request: r,
+                need,
+                free,
+            });
+        }
+        if state.requests[usize::from(r)].decode == DecodePhase::Loaded {
+            state.requests[usize::from(r)].decode = DecodePhase::Running;
+        } else {
+            start_load(config, state, r);
+        }
+    }
+    None
+}
+
+/// Free blocks a queued request needs to be admitted.
+fn admission_need(config: &Config, state: &State) -> u8 {
+    match config.scheduler.load_reservation {
+        LoadReservation::PrefixOnly => 1,
+        // The whole sequence, beside the block every admitted load still needs to run.
+        LoadReservation::FullSequence => {
+            2 + state
+                .requests
+                .iter()
+                .filter(|q| matches!(q.decode, DecodePhase::Loading | DecodePhase::Loaded))
+                .count() as u8
+        }
+    }
+}
+
+/// Keeps arrival numbers dense over the queued requests (0 for the rest), so states that
+/// differ only in departed requests' numbers are one state.
+pub fn renumber_arrivals(state: &mut State) {
+    let mut queued: SmallVec<[(u8, RequestId); 3]> = (0..state.request_count() as RequestId)
+        .filter(|&r| state.requests[usize::from(r)].decode.queued())
+        .map(|r| (state.requests[usize::from(r)].arrival, r))
+        .collect();
+    queued.sort_unstable();
+    for q in state.requests.iter_mut() {
+        q.arrival = 0;
+    }
+    for (place, (_, r)) in queued.into_iter().enumerate() {
+        state.requests[usize::from(r)].arrival = place as u8;
+    }
+}
+
+/// A running request reaches its end on D and releases its blocks (finite pool only).
+pub fn finish_decode(state: &mut State, r: RequestId) {
+    state.requests[usize::from(r)].decode = DecodePhase::Done;
 }
 
 /// A client abort reaches both schedulers.
@@ -58,7 +158,9 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
     }
     let request = &mut state.requests[usize::from(r)];
     match request.decode {
-        DecodePhase::Pending => request.decode = DecodePhase::Gone,
+        DecodePhase::Pending | DecodePhase::Queued => request.decode = DecodePhase::Gone,
+        // Loaded: the workers are done writing, its blocks go at once.
+        DecodePhase::Loaded => request.decode = DecodePhase::Freed,
         DecodePhase::Loading => match config.scheduler.abort_loading {
             AbortLoading::DelayFree => request.decode = DecodePhase::AbortedLoading,
             AbortLoading::FreeAtOnce => {
@@ -77,7 +179,10 @@ pub fn abortable(state: &State, r: RequestId) -> bool {
         && (matches!(
             request.prefill,
             PrefillPhase::Prefilling | PrefillPhase::DelayFreed
-        ) || matches!(request.decode, DecodePhase::Pending | DecodePhase::Loading))
+        ) || matches!(
+            request.decode,
+            DecodePhase::Pending | DecodePhase::Queued | DecodePhase::Loading | DecodePhase::Loaded
+        ))
 }
 
 /// Does P's engine step at all? An engine with no requests does not step; with `idle`
@@ -92,14 +197,17 @@ pub fn prefill_steps(config: &Config, state: &State) -> bool {
     })
 }
 
-/// Does D's engine step at all? Decoding requests are not modelled past their wake-up, so
-/// under `idle` stepping D never steps for its waiting requests.
+/// Does D's engine step at all? Without a finite pool decoding requests are not modelled
+/// past their wake-up, so under `idle` stepping D never steps for its waiting requests.
+/// With one, a request waiting for blocks is one the scheduler must try to schedule, so
+/// D steps for it whatever its stepping.
 pub fn decode_steps(config: &Config, state: &State) -> bool {
-    config.scheduler.stepping_of(false) == Stepping::KeepStepping
-        && state
-            .requests
-            .iter()
-            .any(|q| matches!(q.decode, DecodePhase::Loading | DecodePhase::AbortedLoading))
+    let waits = |d: DecodePhase| matches!(d, DecodePhase::Loading | DecodePhase::AbortedLoading);
+    let schedules = |d: DecodePhase| matches!(d, DecodePhase::Queued | DecodePhase::Loaded);
+    state.requests.iter().any(|q| {
+        (config.scheduler.stepping_of(false) == Stepping::KeepStepping && waits(q.decode))
+            || schedules(q.decode)
+    })
 }
 
 // Emitted ids stay known to a Strict aggregator for the request's whole (modelled)
@@ -133,14 +241,17 @@ pub fn on_prefill_outcome(state: &mut State, outcome: &StepOutcome<RequestId>) {
     }
 }
 
-/// D's scheduler acts on an aggregated step.
-pub fn on_decode_outcome(state: &mut State, outcome: &StepOutcome<RequestId>) {
+/// D's scheduler acts on an aggregated step. With a finite pool a loaded request waits
+/// for the next scan to be promoted; without one it runs at once.
+pub fn on_decode_outcome(config: &Config, state: &mut State, outcome: &StepOutcome<RequestId>) {
+    let pooled = config.decode.kv_blocks.is_some();
     for &r in &outcome.finished_recving {
         note_emission(state, r, Request::EMITTED_RECV);
         let failed = outcome.failed_recving.contains(&r);
         let request = &mut state.requests[usize::from(r)];
         request.decode = match request.decode {
             DecodePhase::Loading if failed => DecodePhase::Failed,
+            DecodePhase::Loading if pooled => DecodePhase::Loaded,
             DecodePhase::Loading => DecodePhase::Running,
             DecodePhase::AbortedLoading => DecodePhase::Freed,
             other => {
@@ -157,4 +268,85 @@ fn note_emission(state: &mut State, r: RequestId, bit: u8) {
         state.incidents.set(Incidents::EMITTED_TWICE);
     }
     request.emitted |= bit;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::base;
+    use crate::model::ContractModel;
+    use crate::Action;
+
+    /// Two requests reach D, then D's first step scans with a pool of `blocks`.
+    fn first_scan(blocks: u8, reservation: LoadReservation) -> (State, Option<ScanStop>) {
+        let mut config = base();
+        config.requests = 2;
+        config.decode.kv_blocks = Some(blocks);
+        config.scheduler.load_reservation = reservation;
+        let model = ContractModel::new(config);
+        let mut state = model.initial_state();
+        for request in 0..2 {
+            for action in [
+                Action::PrefillFinishes { request },
+                Action::DecodeAdmits {
+                    request,
+                    prefix_hit: false,
+                },
+            ] {
+                state = model.apply(&state, action).expect("a transition");
+            }
+        }
+        let stop = schedule_decode(&model.config, &mut state);
+        (state, stop)
+    }
+
+    fn phases(state: &State) -> Vec<DecodePhase> {
+        state.requests.iter().map(|q| q.decode).collect()
+    }
+
+    #[test]
+    fn the_scan_stops_at_the_first_request_it_cannot_allocate_for() {
+        // Full sequence: req0 takes its prefix and reserves the rest, so req1 needs three
+        // free blocks beside that reservation, and only two are free.
+        let (state, stop) = first_scan(3, LoadReservation::FullSequence);
+        assert_eq!(phases(&state), [DecodePhase::Loading, DecodePhase::Queued]);
+        assert_eq!(
+            stop,
+            Some(ScanStop {
+                request: 1,
+                need: 3,
+                free: 2
+            })
+        );
+        // Prefix only: both prefixes fit, and the pool is full.
+        let (state, stop) = first_scan(2, LoadReservation::PrefixOnly);
+        assert_eq!(phases(&state), [DecodePhase::Loading, DecodePhase::Loading]);
+        assert_eq!(stop, None);
+        assert_eq!(state.decode_blocks_held(), 2);
+    }
+
+    #[test]
+    fn a_loaded_request_that_cannot_run_blocks_those_behind_it() {
+        let (mut state, _) = first_scan(2, LoadReservation::PrefixOnly);
+        for q in state.requests.iter_mut() {
+            q.decode = DecodePhase::Loaded;
+        }
+        let config = {
+            let mut c = base();
+            c.requests = 2;
+            c.decode.kv_blocks = Some(2);
+            c
+        };
+        let before = state.clone();
+        let stop = schedule_decode(&config, &mut state);
+        assert_eq!(state, before, "nothing is promoted");
+        assert_eq!(
+            stop,
+            Some(ScanStop {
+                request: 0,
+                need: 1,
+                free: 0
+            })
+        );
+    }
 }

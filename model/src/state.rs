@@ -54,6 +54,37 @@ pub enum DecodePhase {
     Gone,
     /// D crashed before reading it.
     Crashed,
+    /// In D's waiting queue without blocks: the pool (`decode.kv-blocks`) had no room
+    /// when the scheduler's scan reached it, or the scan stopped before it.
+    Queued,
+    /// Its load was reported, and it waits (holding the prefix's block) for the block it
+    /// needs to run; promoted by a later scan (`_update_waiting_for_remote_kv`). Only
+    /// with a finite pool: without one it runs at once.
+    Loaded,
+    /// Ran to its end and released its blocks (only modelled with a finite pool, where
+    /// the blocks matter).
+    Done,
+}
+
+impl DecodePhase {
+    /// Blocks of D's pool the request holds (`decode.kv-blocks`): the prefix's from
+    /// admission until it is freed, the rest's while it runs. An aborted load keeps its
+    /// block until `finished_recving` says the workers stopped writing into it.
+    pub fn blocks(self) -> u8 {
+        match self {
+            DecodePhase::Loading | DecodePhase::AbortedLoading | DecodePhase::Loaded => 1,
+            DecodePhase::Running => 2,
+            _ => 0,
+        }
+    }
+
+    /// In D's scheduler queues (waiting, or skipped while it loads), in arrival order.
+    pub fn queued(self) -> bool {
+        matches!(
+            self,
+            DecodePhase::Queued | DecodePhase::Loading | DecodePhase::Loaded
+        )
+    }
 }
 
 /// How far a request's connector metadata is on its way to an engine's workers.
@@ -225,6 +256,9 @@ pub struct Request {
     /// the one that delivered its own (requests of one step go in id order). Kept only
     /// where the reaper reads it ([`crate::topology::Topology::ordered_leases`]), else 0.
     pub queued_after: u8,
+    /// Its place in D's queues among the requests still in them
+    /// ([`DecodePhase::queued`]), kept dense; 0 elsewhere and without a finite pool.
+    pub arrival: u8,
 }
 
 impl Request {
@@ -309,6 +343,11 @@ impl State {
         self.requests.len()
     }
 
+    /// Blocks of D's pool its requests hold ([`DecodePhase::blocks`]).
+    pub fn decode_blocks_held(&self) -> u8 {
+        self.requests.iter().map(|q| q.decode.blocks()).sum()
+    }
+
     pub fn prefill_cell(&self, rank: Rank, r: RequestId) -> &PrefillCell {
         &self.prefill[usize::from(rank) * self.requests.len() + usize::from(r)]
     }
@@ -387,9 +426,11 @@ impl State {
         };
         let decode_phase = |d: DecodePhase| match d {
             DecodePhase::Pending => 0,
-            DecodePhase::Loading => 1,
-            DecodePhase::AbortedLoading => 2,
-            _ => 3,
+            DecodePhase::Queued => 1,
+            DecodePhase::Loading => 2,
+            DecodePhase::AbortedLoading | DecodePhase::Loaded => 3,
+            DecodePhase::Running => 4,
+            _ => 5,
         };
         let send = |s: SendPhase| match s {
             SendPhase::InBatch => 0,

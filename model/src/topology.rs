@@ -78,6 +78,9 @@ pub struct Topology {
     pub push: bool,
     /// How the store connector counts store jobs (`producer.store-ledger`).
     pub store_ledger: StoreLedger,
+    /// D's block pool (`decode.kv-blocks`): traces say a request queues for blocks, and
+    /// how many are free.
+    pub decode_blocks: Option<u8>,
 }
 
 impl Topology {
@@ -209,6 +212,7 @@ impl Topology {
             recving_combine: config.consumer.recving_combine,
             push: config.transfer == Transfer::PushWrites,
             store_ledger: config.producer.store_ledger,
+            decode_blocks: config.decode.kv_blocks,
             decode_expected,
         }
     }

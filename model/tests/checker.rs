@@ -6,7 +6,7 @@ mod common;
 
 use common::{fix, regression};
 use kvcc_model::checker::{check, Checkable, Cutoff, Kind, Limits, Options, Verdict};
-use kvcc_model::config::{Connector, EngineFault, FailedHandle};
+use kvcc_model::config::{Connector, EngineFault, FailedHandle, LoadReservation};
 use kvcc_model::{Config, ContractModel};
 use stateright::{Checker, Model};
 use std::collections::BTreeSet;
@@ -61,6 +61,13 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     let mut multi_columns_lost = multi_columns.clone();
     multi_columns_lost.faults.lost_notification = false;
     multi_columns_lost.faults.missing_output_rank = EngineFault::Both;
+    // D's block pool, two requests sharing two blocks: the scan's order and the
+    // reservation are where requests meet (and the deadlock without one).
+    let mut pool = fix(2, 1);
+    pool.requests = 2;
+    pool.decode.kv_blocks = Some(2);
+    let mut pool_prefix_only = pool.clone();
+    pool_prefix_only.scheduler.load_reservation = LoadReservation::PrefixOnly;
     vec![
         ("regression", regression(2, 1)),
         ("fix", fix(2, 1)),
@@ -69,6 +76,8 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
         ("multi", multi),
         ("multi, two requests", multi_columns),
         ("multi, two requests, lost output", multi_columns_lost),
+        ("D block pool", pool),
+        ("D block pool, prefix-only", pool_prefix_only),
     ]
 }
 

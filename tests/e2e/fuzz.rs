@@ -247,6 +247,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         &["\"connector-output\"", "\"none\""],
     ),
     ("decode", "tp", &["1", "2", "4"]),
+    ("decode", "kv-blocks", &["", "2", "3", "4"]),
     (
         "producer",
         "replicated-reports",
@@ -336,6 +337,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
             "\"retry-drops-reports\"",
             "\"retry-keeps-reports\"",
         ],
+    ),
+    (
+        "scheduler",
+        "load-reservation",
+        &["\"full-sequence\"", "\"prefix-only\""],
     ),
     ("faults", "client-abort", &["false", "true"]),
     ("faults", "lost-notification", &["false", "true"]),

@@ -278,7 +278,9 @@ fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
 fn liveness(path: &Path, clause: &str) -> Vec<String> {
     let mut lines = Vec::new();
     let open = open_obligations(path, clause);
-    if open.is_empty() {
+    if clause == clauses::REQUEST_NEVER_SCHEDULED.clause {
+        lines.extend(unscheduled(path));
+    } else if open.is_empty() {
         lines.push(format!("open: the `{clause}` obligation"));
     }
     for obligation in &open {
@@ -651,6 +653,50 @@ fn receive_waiting(path: &Path, d: Rank, r: RequestId) -> (String, bool) {
             false,
         ),
     }
+}
+
+/// The requests D never runs, and where its waiting-queue scan stops (the scan the
+/// engine runs, replayed on the last state).
+fn unscheduled(path: &Path) -> Vec<String> {
+    let end = path.last();
+    let mut lines: Vec<String> = (0..end.request_count() as RequestId)
+        .filter(|&r| {
+            matches!(
+                end.requests[usize::from(r)].decode,
+                DecodePhase::Queued | DecodePhase::Loaded
+            )
+        })
+        .map(|r| {
+            let q = &end.requests[usize::from(r)];
+            let since = path.when(|s| s.requests[usize::from(r)].decode);
+            let phase = describe::decode_phase(q.decode, q.prefix_hit);
+            format!("open: D req{r}: {phase} ({since}), never scheduled")
+        })
+        .collect();
+    let config = &path.model.config;
+    if let Some(stop) = scheduler::schedule_decode(config, &mut end.clone()) {
+        let holders: Vec<String> = end
+            .requests
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.decode.blocks() > 0)
+            .map(|(r, q)| format!("req{r} {}", q.decode.blocks()))
+            .collect();
+        let running = end
+            .requests
+            .iter()
+            .any(|q| q.decode == DecodePhase::Running);
+        lines.push(format!(
+            "  D's scan stops at req{}: it needs {} free block(s), {} of {} are free (held: {}){}; allocate_slots fails and the scan breaks, so no request behind it is looked at",
+            stop.request,
+            stop.need,
+            stop.free,
+            config.decode.kv_blocks.unwrap_or(0),
+            if holders.is_empty() { "-".to_string() } else { holders.join(", ") },
+            if running { "" } else { ", and no request is running to return any" },
+        ));
+    }
+    lines
 }
 
 /// Why no continuation delivers: the actions still possible at the end, none forced.

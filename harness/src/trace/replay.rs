@@ -291,6 +291,7 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::DecoderCrashes { request }
         | Action::DecodeRejects { request }
         | Action::PrefillPreempted { request }
+        | Action::DecodeFinishes { request }
         | Action::ClientAborts { request } => request_ok(request),
         Action::PrefillWorkerLoads { rank, request }
         | Action::LeaseExpires { rank, request }

@@ -17,7 +17,10 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             loads_kv: false,
             pp_stage_output: StageOutput::ConnectorOutput,
         },
-        decode: Decode { tp },
+        decode: Decode {
+            tp,
+            kv_blocks: None,
+        },
         requests: 1,
         max_concurrent_batches: 1,
         expected_count: ExpectedCount::WorldSize,
