@@ -264,6 +264,8 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
                 | DecodePhase::AbortedLoading
                 | DecodePhase::Pending
                 | DecodePhase::Queued
+                | DecodePhase::Deferred
+                | DecodePhase::LookedUp
                 | DecodePhase::Gone
                 | DecodePhase::Crashed => None,
             };

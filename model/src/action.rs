@@ -86,6 +86,9 @@ pub enum Action {
     /// A request running on D reaches its end and its blocks return to the pool
     /// (`decode.kv-blocks`).
     DecodeFinishes { request: RequestId },
+    /// D's connector's asynchronous lookup for a skipped request answers
+    /// (`consumer.async-lookup`).
+    LookupAnswers { request: RequestId },
 }
 
 impl Action {
@@ -112,6 +115,7 @@ impl Action {
             | Action::DecodeEngineSteps { .. }
             | Action::DecodeChildLoads { .. }
             | Action::DecodeFinishes { .. }
+            | Action::LookupAnswers { .. }
             | Action::StaleStoreCompletes { .. } => false,
         }
     }

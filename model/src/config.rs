@@ -297,6 +297,11 @@ pub struct Consumer {
     pub loading_children: u8,
     pub recving_combine: RecvingCombine,
     pub push_failure: PushFailure,
+    /// D's connector looks up what it can load asynchronously: the first time the
+    /// scheduler's scan asks (`get_num_new_matched_tokens`) it answers None and the
+    /// request is skipped, with no blocks, until the lookup answers. vLLM's offloading
+    /// connector works this way; needs connector = "multi-offload" and decode.kv-blocks.
+    pub async_lookup: bool,
 }
 
 /// What D hears when a P WRITE into it fails (`faults.push-write-fails`).
@@ -369,6 +374,7 @@ impl Default for Consumer {
             loading_children: 1,
             recving_combine: RecvingCombine::Union,
             push_failure: PushFailure::Unannounced,
+            async_lookup: false,
         }
     }
 }
@@ -427,6 +433,25 @@ pub struct Scheduler {
     /// What D's scheduler must find free before admitting a remote load
     /// (`decode.kv-blocks`).
     pub load_reservation: LoadReservation,
+    /// Whether D admits a load behind a request skipped with no blocks
+    /// (`consumer.async-lookup`).
+    pub admission_behind_skipped: AdmissionBehindSkipped,
+}
+
+/// Admission behind a request that sits in `skipped_waiting` holding no blocks (its
+/// connector lookup had not answered). When that request's turn comes and the pool
+/// cannot take it, the scan breaks at it; a load admitted behind it then never reaches
+/// its promotion, holds its blocks, and nothing runs (vLLM issue #45388's comments,
+/// PRs #45406, #54348, #57841).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmissionBehindSkipped {
+    /// Loads are admitted behind it: current vLLM.
+    #[default]
+    Allowed,
+    /// No load is admitted behind it until it is admitted itself, so a request holding
+    /// blocks is never behind one holding none (vLLM PR #57841, FCFS).
+    Refused,
 }
 
 /// The room D's scheduler asks for when it admits a request whose KV loads
@@ -489,6 +514,7 @@ impl Default for Scheduler {
             decode_stepping: None,
             failed_step: FailedStep::FailStop,
             load_reservation: LoadReservation::FullSequence,
+            admission_behind_skipped: AdmissionBehindSkipped::Allowed,
         }
     }
 }
@@ -805,13 +831,32 @@ impl Config {
                     ),
                 );
             }
-            None if self.scheduler.load_reservation != LoadReservation::FullSequence => {
-                return err(
-                    "scheduler.load-reservation",
-                    "needs decode.kv-blocks: without a finite pool no admission ever waits for blocks".into(),
-                );
+            None => {
+                let pool_only = [
+                    (
+                        "scheduler.load-reservation",
+                        self.scheduler.load_reservation != LoadReservation::FullSequence,
+                    ),
+                    (
+                        "scheduler.admission-behind-skipped",
+                        self.scheduler.admission_behind_skipped != AdmissionBehindSkipped::Allowed,
+                    ),
+                    ("consumer.async-lookup", self.consumer.async_lookup),
+                ];
+                if let Some((field, _)) = pool_only.iter().find(|(_, on)| *on) {
+                    return err(
+                        field,
+                        "needs decode.kv-blocks: without a finite pool no admission ever waits for blocks".into(),
+                    );
+                }
             }
             _ => {}
+        }
+        if self.consumer.async_lookup && self.connector != Connector::MultiOffload {
+            return err(
+                "consumer.async-lookup",
+                "needs connector = \"multi-offload\" (NIXL answers its lookup at once; the offloading child looks up asynchronously)".into(),
+            );
         }
         for (field, count) in [
             ("expected-count", Some(self.expected_count)),
@@ -893,6 +938,20 @@ pub(crate) mod tests {
             c.decode.kv_blocks = Some(blocks);
             assert_eq!(c.validate().is_ok(), ok, "{blocks} blocks");
         }
+        c.decode.kv_blocks = None;
+        c.scheduler.load_reservation = LoadReservation::FullSequence;
+        c.scheduler.admission_behind_skipped = AdmissionBehindSkipped::Refused;
+        assert_eq!(
+            c.validate().unwrap_err().field,
+            "scheduler.admission-behind-skipped"
+        );
+        c.scheduler.admission_behind_skipped = AdmissionBehindSkipped::Allowed;
+        c.consumer.async_lookup = true;
+        assert_eq!(c.validate().unwrap_err().field, "consumer.async-lookup");
+        c.decode.kv_blocks = Some(3);
+        assert_eq!(c.validate().unwrap_err().field, "consumer.async-lookup");
+        c.connector = Connector::MultiOffload;
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::DecodeFinishes { request } => {
             format!("D: req{request} finishes decoding, its blocks return to the pool")
         }
+        Action::LookupAnswers { request } => format!(
+            "D connector: the lookup for req{request} answers (the next scan gets its count)"
+        ),
         Action::DecoderCrashes { request: r } => format!("[FAULT] D crashes before reading req{r}"),
         Action::DecodeRejects { request: r } => {
             format!("[FAULT] D's serving layer rejects req{r} before admitting it")
@@ -212,6 +215,7 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::DecodeEngineSteps { .. } => "DecodeEngineSteps",
         Action::ClientAborts { .. } => "ClientAborts",
         Action::DecodeFinishes { .. } => "DecodeFinishes",
+        Action::LookupAnswers { .. } => "LookupAnswers",
     }
 }
 
@@ -496,6 +500,8 @@ pub fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
         DecodePhase::Queued => "WAITING, no blocks yet",
         DecodePhase::Loaded => "KV loaded, WAITING for the block to run (prefix block held)",
         DecodePhase::Done => "finished, blocks returned",
+        DecodePhase::Deferred => "skipped, no blocks: its lookup has not answered",
+        DecodePhase::LookedUp => "skipped, no blocks: lookup answered, to be admitted in place",
     };
     if prefix_hit {
         format!("{text} (full prefix hit)")

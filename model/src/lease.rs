@@ -58,7 +58,10 @@ fn d_keeps_alive(state: &State, rank: Rank, r: RequestId) -> bool {
     match state.requests[usize::from(r)].decode {
         // Not yet admitted (on its way, or queued for D's blocks): its reads are still to
         // come, and a lease that runs out first is a late read (`late-read-after-lease`).
-        DecodePhase::Pending | DecodePhase::Queued => true,
+        DecodePhase::Pending
+        | DecodePhase::Queued
+        | DecodePhase::Deferred
+        | DecodePhase::LookedUp => true,
         DecodePhase::Loading | DecodePhase::AbortedLoading => in_flight || notify_pending,
         _ => topology
             .handles_reading(rank)

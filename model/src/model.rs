@@ -165,6 +165,9 @@ impl ContractModel {
             if q.decode == DecodePhase::Running && c.decode.kv_blocks.is_some() {
                 actions.push(Action::DecodeFinishes { request: r });
             }
+            if q.decode == DecodePhase::Deferred {
+                actions.push(Action::LookupAnswers { request: r });
+            }
             for decoder in 0..t.decode_world {
                 let mut handles = t.handles_of(decoder);
                 if handles.all(|h| state.handle(h, r) == HandlePhase::Handshaking)
@@ -416,6 +419,7 @@ impl ContractModel {
             }
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
             Action::DecodeFinishes { request: r } => scheduler::finish_decode(&mut next, r),
+            Action::LookupAnswers { request: r } => scheduler::answer_lookup(&mut next, r),
         }
         if c.decode.kv_blocks.is_some() {
             scheduler::renumber_arrivals(&mut next);

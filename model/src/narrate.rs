@@ -724,6 +724,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
         ),
         Action::DecodeFinishes { .. } => what.extend(pool_line(t, after)),
         Action::PrefillWorkerLoads { .. }
+        | Action::LookupAnswers { .. }
         | Action::DecodeAdmits { .. }
         | Action::DecoderCrashes { .. }
         | Action::DecodeChildLoads { .. }
@@ -827,6 +828,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::DecodeFinishes { request } => events.push(note(
             DecodeScheduler,
             format!("req{request} finishes, blocks returned"),
+        )),
+        Action::LookupAnswers { request } => events.push(note(
+            DecodeScheduler,
+            format!("lookup for req{request} answers"),
         )),
         Action::DecodeAdmits {
             request,

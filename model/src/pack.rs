@@ -46,7 +46,7 @@ macro_rules! codes {
 
 codes! {
     PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed }
-    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done }
+    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp }
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
     StorePhase { NotUsed, Storing, Stored, Leaked }
     LoadPhase { NotUsed, Loading, Done, Reported }
@@ -239,6 +239,8 @@ mod tests {
             D::Queued,
             D::Loaded,
             D::Done,
+            D::Deferred,
+            D::LookedUp,
         ]);
         round_trip(&[
             Metadata::NotQueued,

@@ -160,9 +160,7 @@ fn no_aborted_loader_left(_: &Config, s: &State) -> bool {
 }
 
 fn no_request_left_unscheduled(_: &Config, s: &State) -> bool {
-    s.requests
-        .iter()
-        .all(|q| !matches!(q.decode, DecodePhase::Queued | DecodePhase::Loaded))
+    s.requests.iter().all(|q| !q.decode.unscheduled())
 }
 
 fn no_prefill_load_left(_: &Config, s: &State) -> bool {

@@ -6,7 +6,10 @@
 //! until aggregated `finished_recving` wakes it, as a success or a failure. Aborts follow
 //! the configured policies.
 
-use crate::config::{AbortFinished, AbortLoading, Config, Connector, LoadReservation, Stepping};
+use crate::config::{
+    AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, LoadReservation,
+    Stepping,
+};
 use crate::state::{
     DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
 };
@@ -63,11 +66,13 @@ pub struct ScanStop {
 }
 
 /// The waiting-queue scan at the start of a D step, with a finite pool. Requests already
-/// admitted (skipped while they load) come first, in arrival order, then the waiting
-/// queue: a loading request is passed over, a loaded one is promoted if one more block
-/// is free, a queued one admitted if the reservation allows; the first that cannot get
-/// its blocks ends the scan (`allocate_slots` returns None and the loop breaks), so
-/// nothing behind it is looked at this step. Returns where it stopped, if it did.
+/// admitted or skipped come first, in arrival order, then the waiting queue: a loading
+/// request is passed over, as is one whose connector lookup has not answered (with
+/// `consumer.async-lookup` the first scan to reach a request asks, and is told None); a
+/// loaded one is promoted if one more block is free; one to admit is admitted if the
+/// reservation allows. The first that cannot get its blocks ends the scan
+/// (`allocate_slots` returns None and the loop breaks), so nothing behind it is looked
+/// at this step. Returns where it stopped, if it did.
 pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
     let pool = config.decode.kv_blocks?;
     let mut order: SmallVec<[RequestId; 3]> = (0..state.request_count() as RequestId)
@@ -77,13 +82,32 @@ pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
         let q = &state.requests[usize::from(r)];
         (q.decode == DecodePhase::Queued, q.arrival)
     });
+    // A request skipped with no blocks is ahead of the rest of the scan.
+    let mut blockless_ahead = false;
     for r in order {
         let free = pool
             .checked_sub(state.decode_blocks_held())
             .expect("D holds no more blocks than its pool");
-        let need = match state.requests[usize::from(r)].decode {
+        let phase = state.requests[usize::from(r)].decode;
+        let need = match phase {
             DecodePhase::Loading => continue,
+            DecodePhase::Queued if config.consumer.async_lookup => {
+                state.requests[usize::from(r)].decode = DecodePhase::Deferred;
+                blockless_ahead = true;
+                continue;
+            }
+            DecodePhase::Deferred => {
+                blockless_ahead = true;
+                continue;
+            }
             DecodePhase::Loaded => 1,
+            _ if blockless_ahead
+                && config.scheduler.admission_behind_skipped == AdmissionBehindSkipped::Refused =>
+            {
+                // #57841: a load admitted now would hold blocks behind a request that
+                // holds none, which the scan may never get past; it waits its turn.
+                continue;
+            }
             _ => admission_need(config, state),
         };
         if free < need {
@@ -93,13 +117,18 @@ pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
                 free,
             });
         }
-        if state.requests[usize::from(r)].decode == DecodePhase::Loaded {
+        if phase == DecodePhase::Loaded {
             state.requests[usize::from(r)].decode = DecodePhase::Running;
         } else {
             start_load(config, state, r);
         }
     }
     None
+}
+
+/// The connector's lookup for `r` answers: the next scan can admit it.
+pub fn answer_lookup(state: &mut State, r: RequestId) {
+    state.requests[usize::from(r)].decode = DecodePhase::LookedUp;
 }
 
 /// Free blocks a queued request needs to be admitted.
@@ -158,7 +187,10 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
     }
     let request = &mut state.requests[usize::from(r)];
     match request.decode {
-        DecodePhase::Pending | DecodePhase::Queued => request.decode = DecodePhase::Gone,
+        DecodePhase::Pending
+        | DecodePhase::Queued
+        | DecodePhase::Deferred
+        | DecodePhase::LookedUp => request.decode = DecodePhase::Gone,
         // Loaded: the workers are done writing, its blocks go at once.
         DecodePhase::Loaded => request.decode = DecodePhase::Freed,
         DecodePhase::Loading => match config.scheduler.abort_loading {
@@ -179,10 +211,8 @@ pub fn abortable(state: &State, r: RequestId) -> bool {
         && (matches!(
             request.prefill,
             PrefillPhase::Prefilling | PrefillPhase::DelayFreed
-        ) || matches!(
-            request.decode,
-            DecodePhase::Pending | DecodePhase::Queued | DecodePhase::Loading | DecodePhase::Loaded
-        ))
+        ) || request.decode == DecodePhase::Pending
+            || request.decode.queued())
 }
 
 /// Does P's engine step at all? An engine with no requests does not step; with `idle`
@@ -203,7 +233,7 @@ pub fn prefill_steps(config: &Config, state: &State) -> bool {
 /// D steps for it whatever its stepping.
 pub fn decode_steps(config: &Config, state: &State) -> bool {
     let waits = |d: DecodePhase| matches!(d, DecodePhase::Loading | DecodePhase::AbortedLoading);
-    let schedules = |d: DecodePhase| matches!(d, DecodePhase::Queued | DecodePhase::Loaded);
+    let schedules = |d: DecodePhase| d.unscheduled();
     state.requests.iter().any(|q| {
         (config.scheduler.stepping_of(false) == Stepping::KeepStepping && waits(q.decode))
             || schedules(q.decode)
@@ -348,5 +378,36 @@ mod tests {
                 free: 0
             })
         );
+    }
+
+    #[test]
+    fn no_load_is_admitted_behind_a_request_skipped_without_blocks_once_refused() {
+        for (rule, admitted) in [
+            (AdmissionBehindSkipped::Allowed, DecodePhase::Loading),
+            (AdmissionBehindSkipped::Refused, DecodePhase::LookedUp),
+        ] {
+            let mut config = base();
+            config.requests = 2;
+            config.connector = Connector::MultiOffload;
+            config.decode.kv_blocks = Some(3);
+            config.consumer.async_lookup = true;
+            config.scheduler.admission_behind_skipped = rule;
+            let model = ContractModel::new(config);
+            let mut state = model.initial_state();
+            for (request, q) in state.requests.iter_mut().enumerate() {
+                q.prefill = crate::state::PrefillPhase::DelayFreed;
+                q.arrival = request as u8;
+            }
+            // req0's lookup has not answered; req1's, behind it, has.
+            state.requests[0].decode = DecodePhase::Deferred;
+            state.requests[1].decode = DecodePhase::LookedUp;
+            let stop = schedule_decode(&model.config, &mut state);
+            assert_eq!(stop, None, "{rule:?}");
+            assert_eq!(
+                phases(&state),
+                [DecodePhase::Deferred, admitted],
+                "{rule:?}"
+            );
+        }
     }
 }

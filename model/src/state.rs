@@ -64,6 +64,13 @@ pub enum DecodePhase {
     /// Ran to its end and released its blocks (only modelled with a finite pool, where
     /// the blocks matter).
     Done,
+    /// Skipped with no blocks: its connector's lookup had not answered when the scan
+    /// reached it (`get_num_new_matched_tokens` returned None), so it waits in
+    /// `skipped_waiting`, in its place, for the lookup (`consumer.async-lookup`).
+    Deferred,
+    /// Still in `skipped_waiting` with no blocks, its lookup answered: the next scan tries
+    /// to admit it where it stands.
+    LookedUp,
 }
 
 impl DecodePhase {
@@ -78,12 +85,28 @@ impl DecodePhase {
         }
     }
 
-    /// In D's scheduler queues (waiting, or skipped while it loads), in arrival order.
+    /// In D's scheduler queues (waiting, or skipped while it loads or looks up), in
+    /// arrival order.
     pub fn queued(self) -> bool {
+        self.unscheduled() || self == DecodePhase::Loading
+    }
+
+    /// At D and not running, with nothing left to wait for but the scheduler's scan (or
+    /// a lookup): a run that ends here never schedules it.
+    pub fn unscheduled(self) -> bool {
         matches!(
             self,
-            DecodePhase::Queued | DecodePhase::Loading | DecodePhase::Loaded
+            DecodePhase::Queued
+                | DecodePhase::Deferred
+                | DecodePhase::LookedUp
+                | DecodePhase::Loaded
         )
+    }
+
+    /// Skipped with no blocks held: what vLLM PR #57841 keeps loads from being admitted
+    /// behind.
+    pub fn skipped_without_blocks(self) -> bool {
+        matches!(self, DecodePhase::Deferred | DecodePhase::LookedUp)
     }
 }
 
@@ -427,10 +450,12 @@ impl State {
         let decode_phase = |d: DecodePhase| match d {
             DecodePhase::Pending => 0,
             DecodePhase::Queued => 1,
-            DecodePhase::Loading => 2,
-            DecodePhase::AbortedLoading | DecodePhase::Loaded => 3,
-            DecodePhase::Running => 4,
-            _ => 5,
+            DecodePhase::Deferred => 2,
+            DecodePhase::LookedUp => 3,
+            DecodePhase::Loading => 4,
+            DecodePhase::AbortedLoading | DecodePhase::Loaded => 5,
+            DecodePhase::Running => 6,
+            _ => 7,
         };
         let send = |s: SendPhase| match s {
             SendPhase::InBatch => 0,

@@ -68,6 +68,12 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     pool.decode.kv_blocks = Some(2);
     let mut pool_prefix_only = pool.clone();
     pool_prefix_only.scheduler.load_reservation = LoadReservation::PrefixOnly;
+    // Asynchronous lookups put a request with no blocks ahead of loads in the scan.
+    let mut skipped = fix(1, 1);
+    skipped.requests = 2;
+    skipped.connector = Connector::MultiOffload;
+    skipped.decode.kv_blocks = Some(3);
+    skipped.consumer.async_lookup = true;
     vec![
         ("regression", regression(2, 1)),
         ("fix", fix(2, 1)),
@@ -78,6 +84,7 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
         ("multi, two requests, lost output", multi_columns_lost),
         ("D block pool", pool),
         ("D block pool, prefix-only", pool_prefix_only),
+        ("D skipped without blocks", skipped),
     ]
 }
 

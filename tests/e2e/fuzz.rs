@@ -302,6 +302,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         &["\"none\"", "\"notifies-prefill\""],
     ),
     ("consumer", "loading-children", &["1", "2"]),
+    ("consumer", "async-lookup", &["false", "true"]),
     (
         "consumer",
         "push-failure",
@@ -342,6 +343,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "scheduler",
         "load-reservation",
         &["\"full-sequence\"", "\"prefix-only\""],
+    ),
+    (
+        "scheduler",
+        "admission-behind-skipped",
+        &["\"allowed\"", "\"refused\""],
     ),
     ("faults", "client-abort", &["false", "true"]),
     ("faults", "lost-notification", &["false", "true"]),

@@ -660,12 +660,7 @@ fn receive_waiting(path: &Path, d: Rank, r: RequestId) -> (String, bool) {
 fn unscheduled(path: &Path) -> Vec<String> {
     let end = path.last();
     let mut lines: Vec<String> = (0..end.request_count() as RequestId)
-        .filter(|&r| {
-            matches!(
-                end.requests[usize::from(r)].decode,
-                DecodePhase::Queued | DecodePhase::Loaded
-            )
-        })
+        .filter(|&r| end.requests[usize::from(r)].decode.unscheduled())
         .map(|r| {
             let q = &end.requests[usize::from(r)];
             let since = path.when(|s| s.requests[usize::from(r)].decode);
@@ -675,6 +670,17 @@ fn unscheduled(path: &Path) -> Vec<String> {
         .collect();
     let config = &path.model.config;
     if let Some(stop) = scheduler::schedule_decode(config, &mut end.clone()) {
+        let r = stop.request;
+        let wants = if end.requests[usize::from(r)].decode == DecodePhase::Loaded {
+            "one more block to run".to_string()
+        } else {
+            match stop.need - 2 {
+                0 => "its whole sequence, 2 blocks".to_string(),
+                reserved => format!(
+                    "its whole sequence, 2 blocks, beside {reserved} reserved for the loads admitted"
+                ),
+            }
+        };
         let holders: Vec<String> = end
             .requests
             .iter()
@@ -687,13 +693,11 @@ fn unscheduled(path: &Path) -> Vec<String> {
             .iter()
             .any(|q| q.decode == DecodePhase::Running);
         lines.push(format!(
-            "  D's scan stops at req{}: it needs {} free block(s), {} of {} are free (held: {}){}; allocate_slots fails and the scan breaks, so no request behind it is looked at",
-            stop.request,
-            stop.need,
+            "scan: D's waiting-queue scan stops at req{r}, which needs {wants}: {} of {} blocks are free (held: {}){}; allocate_slots fails and the scan breaks, so nothing behind req{r} is looked at",
             stop.free,
             config.decode.kv_blocks.unwrap_or(0),
             if holders.is_empty() { "-".to_string() } else { holders.join(", ") },
-            if running { "" } else { ", and no request is running to return any" },
+            if running { "" } else { ", and nothing is running to return any" },
         ));
     }
     lines

@@ -292,6 +292,7 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::DecodeRejects { request }
         | Action::PrefillPreempted { request }
         | Action::DecodeFinishes { request }
+        | Action::LookupAnswers { request }
         | Action::ClientAborts { request } => request_ok(request),
         Action::PrefillWorkerLoads { rank, request }
         | Action::LeaseExpires { rank, request }
