@@ -20,7 +20,7 @@
 //! iteration order and one representation per logical content.
 
 use smallvec::SmallVec;
-use std::collections::{btree_map, BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// A worker's global rank in its engine (`0..world_size`).
@@ -317,6 +317,15 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         self.sending.is_empty() && self.recving.is_empty() && self.pending_failed.is_empty()
     }
 
+    /// Anything held for `id`: an entry in either direction or a pending failure. Whoever
+    /// numbers ids may drop `id`'s number only once this is false, or a later report of
+    /// the same request would start afresh under a new number.
+    pub fn holds(&self, id: &Id) -> bool {
+        self.sending.contains_key(id)
+            || self.recving.contains_key(id)
+            || self.pending_failed.contains(id)
+    }
+
     /// The same aggregator with every id renamed by `rename`, which must be one-to-one:
     /// nothing here depends on what an id is, only on which reports share one (the
     /// model's request symmetry renames requests).
@@ -421,31 +430,33 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         }
     }
 
-    /// Counts one report, or records why `Strict` refuses it, with one map lookup.
+    /// Counts one report, or records why `Strict` refuses it. The id is looked up by
+    /// reference and cloned only when a countdown opens or an id is emitted: a `String`
+    /// id cloned per report cost an allocation per report.
     fn report(&mut self, rank: Rank, direction: Direction, id: &Id, outcome: &mut StepOutcome<Id>) {
         let strict = self.policy == Policy::Strict;
         let expected = self.expected;
-        let mut slot = match self.entries_mut(direction).entry(id.clone()) {
+        let entries = self.entries_mut(direction);
+        let Some(entry) = entries.get_mut(id) else {
+            if strict {
+                return refuse(outcome, ViolationKind::Unannounced, direction, id, rank);
+            }
             // `Countdown` opens a countdown at the current `E` on any first report, which
             // counts at once.
-            btree_map::Entry::Vacant(vacant) if !strict => {
-                if expected == 1 {
-                    outcome.finished_mut(direction).insert(id.clone());
-                } else {
-                    vacant.insert(Entry::Open {
+            if expected == 1 {
+                outcome.finished_mut(direction).insert(id.clone());
+            } else {
+                entries.insert(
+                    id.clone(),
+                    Entry::Open {
                         remaining: expected - 1,
                         reporters: RankSet::default(),
                         announced: false,
-                    });
-                }
-                return;
+                    },
+                );
             }
-            btree_map::Entry::Vacant(_) => {
-                return refuse(outcome, ViolationKind::Unannounced, direction, id, rank)
-            }
-            btree_map::Entry::Occupied(occupied) => occupied,
+            return;
         };
-        let entry = slot.get_mut();
         let mut refused = |kind| refuse(outcome, kind, direction, id, rank);
         let quorum = match entry {
             Entry::Announced if expected > 1 => {
@@ -487,7 +498,7 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         if strict {
             *entry = Entry::Emitted { quorum };
         } else {
-            slot.remove();
+            entries.remove(id);
         }
         outcome.finished_mut(direction).insert(id.clone());
     }

@@ -6,16 +6,28 @@
 //! like conform's benchmark run (`conform::bench`): every step delay-frees
 //! [`REQUESTS_PER_STEP`] requests and each rank reports each of them 1 to [`LAG`] steps
 //! later, so countdowns stay open across steps and every step's outputs mix requests of
-//! several ages. A rank-report is one request id in one rank's `finished_sending`. Ids are
-//! `u64`, as conform interns vLLM's request ids.
+//! several ages. A rank-report is one request id in one rank's `finished_sending`.
+//!
+//! The same schedule runs with three kinds of id: `u64` (what the core counts once
+//! conform has interned vLLM's ids), `string` (vLLM's own ids, `cmpl-<32 hex>-0`, as the
+//! core's `Id` — the baseline), and `interned`: string ids in and out, numbered at the
+//! boundary by conform's [`Interner`] exactly as conform's readers number them, the core
+//! on the numbers, emitted numbers named again and forgotten once the core holds nothing
+//! for them — the interning is inside the timing. `benches/aggregator_vs_vllm.py` times
+//! vLLM's `KVOutputAggregator` on the string schedule (`--aggregator-workload` writes it).
 //!
 //! The schedule is periodic: ids are taken modulo one ring of [`RING_STEPS`] steps, so one
 //! prebuilt ring of outputs is replayed pass after pass. After one untimed warm-up pass
 //! every timed pass emits every id of the ring exactly once; that count is checked, so a
 //! broken aggregator or an optimised-away loop cannot pass for a fast one.
 
-use kvcc_aggregator::{Aggregator, ConcurrentAggregator, Direction, Policy, Rank, WorkerOutput};
+use kvcc_aggregator::{
+    Aggregator, ConcurrentAggregator, Direction, Policy, Rank, Step, StepOutcome, Violation,
+    WorkerOutput,
+};
+use kvcc_conform::intern::{IdNum, Interner};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,15 +48,15 @@ const IDS: u64 = RING_STEPS * REQUESTS_PER_STEP;
 const _: () = assert!(IDS % LAG == 0, "the schedule must repeat after one ring");
 
 /// One ring of the schedule: each step's announcements and each rank's output.
-pub struct Workload {
+pub struct Workload<Id: Ord> {
     /// `steps[s][r]`: rank `r`'s output at ring step `s`.
-    steps: Vec<Vec<WorkerOutput<u64>>>,
+    steps: Vec<Vec<WorkerOutput<Id>>>,
     /// Ids the scheduler delay-frees at each ring step (announced under `Strict`).
-    freed: Vec<Vec<u64>>,
+    freed: Vec<Vec<Id>>,
 }
 
-impl Workload {
-    pub fn new() -> Workload {
+impl Workload<u64> {
+    pub fn new() -> Workload<u64> {
         let ranks = WORLD_SIZE as usize;
         let mut steps: Vec<Vec<WorkerOutput<u64>>> = (0..RING_STEPS)
             .map(|_| {
@@ -67,6 +79,33 @@ impl Workload {
         Workload { steps, freed }
     }
 
+    /// The same schedule with vLLM's string ids ([`request_id`]).
+    pub fn named(&self) -> Workload<String> {
+        let name = |ids: &BTreeSet<u64>| ids.iter().map(|&id| request_id(id)).collect();
+        Workload {
+            steps: self
+                .steps
+                .iter()
+                .map(|outputs| {
+                    outputs
+                        .iter()
+                        .map(|o| WorkerOutput {
+                            finished_sending: name(&o.finished_sending),
+                            ..WorkerOutput::empty(o.rank)
+                        })
+                        .collect()
+                })
+                .collect(),
+            freed: self
+                .freed
+                .iter()
+                .map(|ids| ids.iter().map(|&id| request_id(id)).collect())
+                .collect(),
+        }
+    }
+}
+
+impl<Id: Ord> Workload<Id> {
     /// Rank-reports in one pass over the ring.
     pub fn reports_per_pass(&self) -> u64 {
         IDS * u64::from(WORLD_SIZE)
@@ -76,12 +115,237 @@ impl Workload {
     pub fn emitted_per_pass(&self) -> u64 {
         IDS
     }
+
+    /// Each ring step's outputs, rank by rank.
+    pub fn steps(&self) -> &[Vec<WorkerOutput<Id>>] {
+        &self.steps
+    }
 }
 
-impl Default for Workload {
+impl Default for Workload<u64> {
     fn default() -> Self {
         Workload::new()
     }
+}
+
+#[derive(Serialize)]
+struct WorkloadFile<'a> {
+    format_version: u32,
+    world_size: u32,
+    expected_finished_count: u32,
+    output_rank: Rank,
+    reports_per_pass: u64,
+    emitted_per_pass: u64,
+    /// `finished_sending[s][r]`: rank `r`'s ids at ring step `s`.
+    finished_sending: Vec<Vec<&'a BTreeSet<String>>>,
+}
+
+/// The string-id ring as JSON, for timing another aggregator on the same reports.
+pub fn workload_json(workload: &Workload<String>) -> String {
+    let file = WorkloadFile {
+        format_version: super::FORMAT_VERSION,
+        world_size: WORLD_SIZE,
+        expected_finished_count: WORLD_SIZE,
+        output_rank: 0,
+        reports_per_pass: workload.reports_per_pass(),
+        emitted_per_pass: workload.emitted_per_pass(),
+        finished_sending: workload
+            .steps
+            .iter()
+            .map(|outputs| outputs.iter().map(|o| &o.finished_sending).collect())
+            .collect(),
+    };
+    serde_json::to_string(&file).unwrap_or_default()
+}
+
+/// Request `n`'s id as vLLM's OpenAI server names completions: `cmpl-`, 32 hex digits
+/// (a random UUID there; two rounds of splitmix64 of `n` here, so runs repeat), `-0`.
+pub fn request_id(n: u64) -> String {
+    format!("cmpl-{:016x}{:016x}-0", splitmix64(n), splitmix64(!n))
+}
+
+fn splitmix64(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Both id kinds of the one schedule, built once before any timing.
+pub struct Workloads {
+    pub numbers: Workload<u64>,
+    pub names: Workload<String>,
+}
+
+impl Workloads {
+    pub fn new() -> Workloads {
+        let numbers = Workload::new();
+        let names = numbers.named();
+        Workloads { numbers, names }
+    }
+}
+
+impl Default for Workloads {
+    fn default() -> Self {
+        Workloads::new()
+    }
+}
+
+/// The core with string ids at its boundary, composed as `kvcc conform` composes it:
+/// each output's ids numbered by conform's [`Interner`] (the readers' `intern_all`), the
+/// core counting numbers, emitted numbers named again, and a number forgotten once the
+/// core holds nothing for it, so the table follows the requests in flight. A report
+/// costs a hash of its id and a lookup that allocates nothing; an id is copied once per
+/// lifetime, when first interned.
+pub struct Interned {
+    interner: Interner,
+    core: Aggregator<IdNum>,
+    forgetting: Forgetting,
+    /// Steps aggregated so far: the step the interner records mentions at.
+    step: Step,
+    /// One step's numbered outputs, kept so a steady stream reuses the vector.
+    outputs: Vec<WorkerOutput<IdNum>>,
+}
+
+/// When a number is given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Forgetting {
+    /// Once the core holds nothing for it.
+    WhenNothingHeld,
+    /// The broken twin: as soon as it is emitted in one direction, though the other
+    /// direction or a pending failure may still hold it; its next report then counts
+    /// under a fresh number, as a request the core never saw.
+    OnEmission,
+}
+
+impl Interned {
+    pub fn new(core: Aggregator<IdNum>) -> Interned {
+        Interned::build(core, Forgetting::WhenNothingHeld)
+    }
+
+    /// The broken twin (see `Forgetting::OnEmission`). It exists only so the differential
+    /// test (bench/tests/interned_differential.rs) can prove it catches a wrong
+    /// interning; never use it for anything else.
+    #[doc(hidden)]
+    pub fn with_forgetting_on_emission(core: Aggregator<IdNum>) -> Interned {
+        Interned::build(core, Forgetting::OnEmission)
+    }
+
+    fn build(core: Aggregator<IdNum>, forgetting: Forgetting) -> Interned {
+        Interned {
+            interner: Interner::new(),
+            core,
+            forgetting,
+            step: 0,
+            outputs: Vec::new(),
+        }
+    }
+
+    pub fn announce(&mut self, direction: Direction, name: &str) {
+        let id = self.interner.intern(name, self.step);
+        self.core.announce(direction, id);
+        self.forget_unless_held(id);
+    }
+
+    pub fn retire(&mut self, direction: Direction, name: &str) {
+        let id = self.interner.intern(name, self.step);
+        self.core.retire(direction, &id);
+        self.forget_unless_held(id);
+    }
+
+    /// One step's outputs, as [`Aggregator::aggregate`] takes them, with the same
+    /// outcome as an `Aggregator<String>`'s except for the order of `violations`: the
+    /// core refuses one output's ids in the order of their numbers, not their names.
+    pub fn aggregate(
+        &mut self,
+        outputs: &[WorkerOutput<String>],
+        output_rank: Rank,
+    ) -> StepOutcome<Arc<str>> {
+        let step = self.step;
+        let number = |names: &BTreeSet<String>| {
+            self.interner
+                .intern_all(names.iter().map(String::as_str), step)
+                .expect("a set lists each id once")
+        };
+        self.outputs.clear();
+        for output in outputs {
+            self.outputs.push(WorkerOutput {
+                rank: output.rank,
+                finished_sending: number(&output.finished_sending),
+                finished_recving: number(&output.finished_recving),
+                failed_recving: number(&output.failed_recving),
+                invalid_block_ids: output.invalid_block_ids.clone(),
+                expected_finished_count: output.expected_finished_count,
+            });
+        }
+        let outcome = self.core.aggregate(&self.outputs, output_rank);
+        let named = self.name(&outcome);
+        // Only these can have left the core this step: emitted ids, ids refused without an
+        // entry, and every id of a dropped step (interned, never counted).
+        if outcome.dropped {
+            let mentioned: Vec<IdNum> = self.outputs.iter().flat_map(ids_of).collect();
+            mentioned
+                .into_iter()
+                .for_each(|id| self.forget_unless_held(id));
+        } else {
+            let emitted = outcome
+                .finished_sending
+                .iter()
+                .chain(&outcome.finished_recving);
+            let refused = outcome.violations.iter().map(|v| &v.id);
+            for &id in emitted.chain(refused) {
+                self.forget_unless_held(id);
+            }
+        }
+        self.step += 1;
+        named
+    }
+
+    /// Request ids the interner holds numbers for now.
+    pub fn interned(&self) -> usize {
+        self.interner.len()
+    }
+
+    fn name(&self, outcome: &StepOutcome<IdNum>) -> StepOutcome<Arc<str>> {
+        let name = |id: &IdNum| {
+            self.interner
+                .name(*id)
+                .expect("numbers the core holds are interned")
+        };
+        let names = |ids: &BTreeSet<IdNum>| ids.iter().map(name).collect();
+        StepOutcome {
+            dropped: outcome.dropped,
+            finished_sending: names(&outcome.finished_sending),
+            finished_recving: names(&outcome.finished_recving),
+            failed_recving: names(&outcome.failed_recving),
+            invalid_block_ids: outcome.invalid_block_ids.clone(),
+            violations: outcome
+                .violations
+                .iter()
+                .map(|v| Violation {
+                    kind: v.kind,
+                    direction: v.direction,
+                    id: name(&v.id),
+                    rank: v.rank,
+                })
+                .collect(),
+        }
+    }
+
+    fn forget_unless_held(&self, id: IdNum) {
+        if self.forgetting == Forgetting::OnEmission || !self.core.holds(&id) {
+            self.interner.forget(id, self.step);
+        }
+    }
+}
+
+fn ids_of(output: &WorkerOutput<IdNum>) -> impl Iterator<Item = IdNum> + '_ {
+    output
+        .finished_sending
+        .iter()
+        .chain(&output.finished_recving)
+        .chain(&output.failed_recving)
+        .copied()
 }
 
 /// One timed run.
@@ -98,16 +362,20 @@ impl Timing {
 }
 
 /// The core on this thread: `passes` timed passes after a warm-up pass.
-pub fn core(workload: &Workload, policy: Policy, passes: u64) -> Result<Timing, String> {
+pub fn core<Id: Ord + Clone>(
+    workload: &Workload<Id>,
+    policy: Policy,
+    passes: u64,
+) -> Result<Timing, String> {
     let mut aggregator = Aggregator::new(policy, WORLD_SIZE);
     let strict = policy == Policy::Strict;
-    let pass = |aggregator: &mut Aggregator<u64>| -> (u64, usize) {
+    let pass = |aggregator: &mut Aggregator<Id>| -> (u64, usize) {
         let mut emitted = 0u64;
         let mut refused = 0usize;
         for (outputs, freed) in workload.steps.iter().zip(&workload.freed) {
             if strict {
-                for &id in freed {
-                    aggregator.announce(Direction::Sending, id);
+                for id in freed {
+                    aggregator.announce(Direction::Sending, id.clone());
                 }
             }
             let outcome = aggregator.aggregate(outputs, 0);
@@ -121,12 +389,35 @@ pub fn core(workload: &Workload, policy: Policy, passes: u64) -> Result<Timing, 
         }
         (emitted, refused)
     };
-    pass(&mut aggregator);
+    timed(workload, passes, &mut aggregator, pass)
+}
+
+/// String ids through [`Interned`] under `Countdown`, interning included.
+pub fn interned(workload: &Workload<String>, passes: u64) -> Result<Timing, String> {
+    let mut fast = Interned::new(Aggregator::new(Policy::Countdown, WORLD_SIZE));
+    let pass = |fast: &mut Interned| -> (u64, usize) {
+        let mut emitted = 0u64;
+        for outputs in &workload.steps {
+            emitted += fast.aggregate(outputs, 0).finished_sending.len() as u64;
+        }
+        (emitted, 0)
+    };
+    timed(workload, passes, &mut fast, pass)
+}
+
+/// One warm-up pass, then `passes` timed ones, whose emissions are checked.
+fn timed<Id: Ord, A>(
+    workload: &Workload<Id>,
+    passes: u64,
+    aggregator: &mut A,
+    pass: impl Fn(&mut A) -> (u64, usize),
+) -> Result<Timing, String> {
+    pass(aggregator);
     let start = Instant::now();
     let mut emitted = 0;
     let mut refused = 0;
     for _ in 0..passes {
-        let (e, r) = pass(&mut aggregator);
+        let (e, r) = pass(aggregator);
         emitted += e;
         refused += r;
     }
@@ -138,8 +429,8 @@ pub fn core(workload: &Workload, policy: Policy, passes: u64) -> Result<Timing, 
     })
 }
 
-fn check_emitted(
-    workload: &Workload,
+fn check_emitted<Id: Ord>(
+    workload: &Workload<Id>,
     passes: u64,
     emitted: u64,
     refused: usize,
@@ -158,7 +449,7 @@ fn check_emitted(
 /// first `cores` CPUs this process may use. Outputs for every step are built before the
 /// clock starts, so the figure is the front's (locking, buffering, the core under the
 /// lock), not the building of outputs.
-pub fn front(workload: &Workload, passes: u64, cores: usize) -> Result<Timing, String> {
+pub fn front(workload: &Workload<u64>, passes: u64, cores: usize) -> Result<Timing, String> {
     let _pinned = Pinned::to_first(cores)?;
     let core = Aggregator::new(Policy::Countdown, WORLD_SIZE);
     let front =
@@ -281,54 +572,85 @@ impl Pinned {
     }
 }
 
+/// The request ids a measurement counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ids {
+    /// Numbers, as the core sees them once conform has interned vLLM's ids.
+    U64,
+    /// vLLM's strings as the core's `Id`: the baseline the interning is measured against.
+    String,
+    /// vLLM's strings through [`Interned`]: interned at the boundary, numbers in the core.
+    Interned,
+}
+
+impl Ids {
+    pub fn name(self) -> &'static str {
+        match self {
+            Ids::U64 => "u64",
+            Ids::String => "string",
+            Ids::Interned => "interned",
+        }
+    }
+}
+
 /// What one aggregator measurement is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Setup {
     /// `core` or `front`.
     pub bench: &'static str,
     pub policy: Policy,
+    pub ids: Ids,
     pub reporter_threads: u32,
     pub cores: usize,
 }
 
+const fn core_setup(policy: Policy, ids: Ids) -> Setup {
+    Setup {
+        bench: "core",
+        policy,
+        ids,
+        reporter_threads: 1,
+        cores: 1,
+    }
+}
+
+const fn front_setup(cores: usize) -> Setup {
+    Setup {
+        bench: "front",
+        policy: Policy::Countdown,
+        ids: Ids::U64,
+        reporter_threads: WORLD_SIZE,
+        cores,
+    }
+}
+
 /// The measurements `kvcc-bench --aggregator` makes, in order.
-pub const SETUPS: [Setup; 4] = [
-    Setup {
-        bench: "core",
-        policy: Policy::Countdown,
-        reporter_threads: 1,
-        cores: 1,
-    },
-    Setup {
-        bench: "core",
-        policy: Policy::Strict,
-        reporter_threads: 1,
-        cores: 1,
-    },
-    Setup {
-        bench: "front",
-        policy: Policy::Countdown,
-        reporter_threads: WORLD_SIZE,
-        cores: 1,
-    },
-    Setup {
-        bench: "front",
-        policy: Policy::Countdown,
-        reporter_threads: WORLD_SIZE,
-        cores: 2,
-    },
+pub const SETUPS: [Setup; 6] = [
+    core_setup(Policy::Countdown, Ids::U64),
+    core_setup(Policy::Strict, Ids::U64),
+    core_setup(Policy::Countdown, Ids::String),
+    core_setup(Policy::Countdown, Ids::Interned),
+    front_setup(1),
+    front_setup(2),
 ];
 
 /// Runs one setup once; `passes_divisor` divides the timed passes (1 for the figures,
 /// more only to test the machinery quickly).
-pub fn measure(workload: &Workload, setup: Setup, passes_divisor: u64) -> Result<Timing, String> {
+pub fn measure(workloads: &Workloads, setup: Setup, passes_divisor: u64) -> Result<Timing, String> {
     let divisor = passes_divisor.max(1);
-    match setup.bench {
-        "core" => {
-            let _pinned = Pinned::to_first(setup.cores)?;
-            core(workload, setup.policy, (CORE_PASSES / divisor).max(1))
-        }
-        _ => front(workload, (FRONT_PASSES / divisor).max(1), setup.cores),
+    if setup.bench == "front" {
+        return front(
+            &workloads.numbers,
+            (FRONT_PASSES / divisor).max(1),
+            setup.cores,
+        );
+    }
+    let _pinned = Pinned::to_first(setup.cores)?;
+    let passes = (CORE_PASSES / divisor).max(1);
+    match setup.ids {
+        Ids::U64 => core(&workloads.numbers, setup.policy, passes),
+        Ids::String => core(&workloads.names, setup.policy, passes),
+        Ids::Interned => interned(&workloads.names, passes),
     }
 }
 
@@ -369,6 +691,7 @@ struct Line<'a> {
     kind: &'static str,
     bench: &'a str,
     policy: &'static str,
+    ids: &'static str,
     world_size: u32,
     reporter_threads: u32,
     cores: usize,
@@ -389,6 +712,7 @@ pub fn json_line(m: &Measured) -> String {
         kind: "aggregator",
         bench: m.setup.bench,
         policy: policy_name(m.setup.policy),
+        ids: m.setup.ids.name(),
         world_size: WORLD_SIZE,
         reporter_threads: m.setup.reporter_threads,
         cores: m.setup.cores,
@@ -408,6 +732,7 @@ pub fn table(measured: &[Measured]) -> String {
     let header = [
         "BENCH",
         "POLICY",
+        "IDS",
         "REPORTER THREADS",
         "CORES",
         "REPORTS",
@@ -420,6 +745,7 @@ pub fn table(measured: &[Measured]) -> String {
             vec![
                 m.setup.bench.to_string(),
                 policy_name(m.setup.policy).to_string(),
+                m.setup.ids.name().to_string(),
                 m.setup.reporter_threads.to_string(),
                 m.setup.cores.to_string(),
                 m.timings.first().map_or(0, |t| t.reports).to_string(),
@@ -463,12 +789,39 @@ mod tests {
     }
 
     #[test]
-    fn the_core_emits_every_id_once_per_pass_under_both_policies() {
-        let workload = Workload::new();
+    fn the_core_emits_every_id_once_per_pass_under_both_policies_and_all_ids() {
+        let workloads = Workloads::new();
         for policy in [Policy::Countdown, Policy::Strict] {
-            let timing = core(&workload, policy, 2).unwrap();
-            assert_eq!(timing.reports, 2 * workload.reports_per_pass());
+            let timing = core(&workloads.numbers, policy, 2).unwrap();
+            assert_eq!(timing.reports, 2 * workloads.numbers.reports_per_pass());
+            let timing = core(&workloads.names, policy, 2).unwrap();
+            assert_eq!(timing.reports, 2 * workloads.names.reports_per_pass());
         }
+        let timing = interned(&workloads.names, 2).unwrap();
+        assert_eq!(timing.reports, 2 * workloads.names.reports_per_pass());
+    }
+
+    #[test]
+    fn string_ids_look_like_vllms_and_are_distinct() {
+        let id = request_id(0);
+        assert_eq!(id.len(), "cmpl-".len() + 32 + "-0".len(), "{id}");
+        assert!(id.starts_with("cmpl-") && id.ends_with("-0"), "{id}");
+        let names: BTreeSet<String> = (0..IDS).map(request_id).collect();
+        assert_eq!(names.len() as u64, IDS);
+    }
+
+    /// Memory follows the requests in flight: halfway through the ring, the interner
+    /// holds a number for exactly the ids whose countdowns are still open.
+    #[test]
+    fn the_interned_path_forgets_every_emitted_id() {
+        let names = Workload::new().named();
+        let mut fast = Interned::new(Aggregator::new(Policy::Countdown, WORLD_SIZE));
+        for outputs in &names.steps[..names.steps.len() / 2] {
+            fast.aggregate(outputs, 0);
+        }
+        let open = fast.core.open_entries();
+        assert!(open > 0, "requests are in flight in mid-ring");
+        assert_eq!(fast.interned(), open);
     }
 
     #[test]

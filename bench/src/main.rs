@@ -47,7 +47,8 @@ Examples:
   cargo run --release -p kvcc-bench                        the benchmark set in specs/bench/
   kvcc-bench specs/bench/pr56104-hetero-tp.toml --runs 5 --threads 2
   kvcc-bench specs/pr59325-fix.toml --point requests=2 --format json >> bench.jsonl
-  kvcc-bench --aggregator"
+  kvcc-bench --aggregator
+  python3 benches/aggregator_vs_vllm.py                    the string-id core against vLLM's"
 )]
 pub struct Args {
     /// Spec files, or directories searched recursively for `*.toml`.
@@ -71,6 +72,11 @@ pub struct Args {
     /// Measure the aggregator core and its concurrent front instead of specs.
     #[arg(long, conflicts_with_all = ["paths", "points"])]
     pub aggregator: bool,
+    /// Write the aggregator's string-id schedule to FILE as JSON (one ring: each step's
+    /// `finished_sending` per rank) and exit: the workload `benches/aggregator_vs_vllm.py`
+    /// times vLLM's aggregator on.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["paths", "points", "aggregator"])]
+    pub aggregator_workload: Option<String>,
     /// Run the one check SPEC (with `--point`s selecting one matrix point) in this process
     /// and print its record: the child side of every run.
     #[arg(long, value_name = "SPEC", hide = true, conflicts_with = "aggregator")]
@@ -86,6 +92,16 @@ fn exec(args: Args) -> Exit {
             "warning: this kvcc was built with debug assertions: its figures are not \
              comparable; measure with `cargo run --release -p kvcc-bench`"
         );
+    }
+    if let Some(file) = &args.aggregator_workload {
+        let json = aggregator::workload_json(&aggregator::Workloads::new().names);
+        return match std::fs::write(file, json) {
+            Ok(()) => Exit::Ok,
+            Err(e) => {
+                print_errors(&[InputError::usage(format!("cannot write {file}: {e}"))]);
+                Exit::Input
+            }
+        };
     }
     if args.aggregator {
         return aggregator_bench(&args);
@@ -235,7 +251,7 @@ fn aggregator_bench(args: &Args) -> Exit {
         let _ = std::io::stdout().flush();
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workload = aggregator::Workload::new();
+    let workloads = aggregator::Workloads::new();
     let mut measured = Vec::new();
     for setup in aggregator::SETUPS {
         if setup.cores > cores {
@@ -251,7 +267,7 @@ fn aggregator_bench(args: &Args) -> Exit {
             load_average: bench::load_average(),
         };
         for _ in 0..runs {
-            match aggregator::measure(&workload, setup, 1) {
+            match aggregator::measure(&workloads, setup, 1) {
                 Ok(timing) => m.timings.push(timing),
                 Err(e) => {
                     eprintln!("error: aggregator {}: {e}", setup.bench);

@@ -11,7 +11,7 @@
 
 use kvcc_aggregator::Step;
 use kvcc_model::checker::FingerprintHasher;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -109,6 +109,23 @@ impl Interner {
         );
         shard.by_id.insert(id, name);
         id
+    }
+
+    /// The numbers of one output's list of ids, mentioned at `step`; the first name listed
+    /// twice is an error (a set of request ids holds each once). Readers intern every
+    /// list through this.
+    pub fn intern_all<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        step: Step,
+    ) -> Result<BTreeSet<IdNum>, &'a str> {
+        let mut set = BTreeSet::new();
+        for name in names {
+            if !set.insert(self.intern(name, step)) {
+                return Err(name);
+            }
+        }
+        Ok(set)
     }
 
     /// The string of a number still interned.

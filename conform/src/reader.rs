@@ -267,16 +267,15 @@ pub fn parse(
         });
     }
     let ids = |field: &str, list: Option<Vec<IdText<'_>>>| -> Result<BTreeSet<IdNum>, InputError> {
-        let mut set = BTreeSet::new();
-        for IdText(name) in list.unwrap_or_default() {
-            if !set.insert(interner.intern(&name, expected)) {
-                return Err(bad(
+        let list = list.unwrap_or_default();
+        interner
+            .intern_all(list.iter().map(|IdText(name)| &**name), expected)
+            .map_err(|name| {
+                bad(
                     &format!("\"{name}\""),
                     format!("{field} lists request \"{name}\" twice"),
-                ));
-            }
-        }
-        Ok(set)
+                )
+            })
     };
     let mut output = WorkerOutput::empty(rank);
     output.finished_sending = ids("finished_sending", parsed.finished_sending)?;

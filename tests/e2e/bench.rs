@@ -11,7 +11,7 @@
 use crate::common::{fixture, root, run, run_bench};
 use kvcc::run::{self, Observed, Settings};
 use kvcc::spec::Spec;
-use kvcc_bench::aggregator::{self, Workload};
+use kvcc_bench::aggregator::{self, Workloads};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -228,12 +228,13 @@ fn issue6_bench_child_needs_exactly_one_point() {
 }
 
 /// Every field harness/FORMATS.md documents for `kvcc-bench --aggregator` lines.
-const AGGREGATOR_FIELDS: [&str; 15] = [
+const AGGREGATOR_FIELDS: [&str; 16] = [
     "format_version",
     "kvcc_version",
     "kind",
     "bench",
     "policy",
+    "ids",
     "world_size",
     "reporter_threads",
     "cores",
@@ -248,15 +249,15 @@ const AGGREGATOR_FIELDS: [&str; 15] = [
 
 #[test]
 fn issue6_aggregator_measurements_count_every_report_and_carry_every_field() {
-    let workload = Workload::new();
+    let workloads = Workloads::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for setup in aggregator::SETUPS {
         if setup.cores > cores {
             continue;
         }
         // A 64th of the passes: the machinery, not the figure.
-        let timing = aggregator::measure(&workload, setup, 64).expect("measured");
-        assert!(timing.reports >= workload.reports_per_pass());
+        let timing = aggregator::measure(&workloads, setup, 64).expect("measured");
+        assert!(timing.reports >= workloads.numbers.reports_per_pass());
         let measured = aggregator::Measured {
             setup,
             timings: vec![timing],
