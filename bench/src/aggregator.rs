@@ -13,7 +13,7 @@
 //! core's `Id` — the baseline), and `interned`: string ids in and out, numbered at the
 //! boundary by conform's [`Interner`] exactly as conform's readers number them, the core
 //! on the numbers, emitted numbers named again and forgotten once the core holds nothing
-//! for them — the interning is inside the timing. `benches/aggregator_vs_vllm.py` times
+//! for them — the interning is inside the timing. `bench/aggregator_vs_vllm.py` times
 //! vLLM's `KVOutputAggregator` on the string schedule (`--aggregator-workload` writes it).
 //!
 //! The schedule is periodic: ids are taken modulo one ring of [`RING_STEPS`] steps, so one

@@ -48,7 +48,7 @@ Examples:
   kvcc-bench specs/bench/pr56104-hetero-tp.toml --runs 5 --threads 2
   kvcc-bench specs/pr59325-fix.toml --point requests=2 --format json >> bench.jsonl
   kvcc-bench --aggregator
-  python3 benches/aggregator_vs_vllm.py                    the string-id core against vLLM's"
+  python3 bench/aggregator_vs_vllm.py                    the string-id core against vLLM's"
 )]
 pub struct Args {
     /// Spec files, or directories searched recursively for `*.toml`.
@@ -73,7 +73,7 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["paths", "points"])]
     pub aggregator: bool,
     /// Write the aggregator's string-id schedule to FILE as JSON (one ring: each step's
-    /// `finished_sending` per rank) and exit: the workload `benches/aggregator_vs_vllm.py`
+    /// `finished_sending` per rank) and exit: the workload `bench/aggregator_vs_vllm.py`
     /// times vLLM's aggregator on.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["paths", "points", "aggregator"])]
     pub aggregator_workload: Option<String>,

@@ -11,7 +11,7 @@ vLLM is optional: where `import vllm` fails this prints `skipped: ...` and exits
 never depends on it. Usage, from the repository root after
 `cargo build --release -p kvcc-bench`:
 
-    python3 benches/aggregator_vs_vllm.py [--runs 3] [--passes 32]
+    python3 bench/aggregator_vs_vllm.py [--runs 3] [--passes 32]
 
 Exit 0 when measured or skipped, 1 when an aggregator emitted the wrong ids, 2 on a
 usage error (no kvcc-bench binary).
