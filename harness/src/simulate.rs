@@ -238,9 +238,10 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
             let event = match b.prefill {
                 PrefillPhase::Prefilling => Some(EventKind::Woken),
                 PrefillPhase::DelayFreed => Some(EventKind::DelayFreed),
-                PrefillPhase::Released | PrefillPhase::Dropped | PrefillPhase::AbortFreed => {
-                    Some(EventKind::Freed)
-                }
+                PrefillPhase::Released
+                | PrefillPhase::Dropped
+                | PrefillPhase::AbortFreed
+                | PrefillPhase::FinishedEmpty => Some(EventKind::Freed),
                 PrefillPhase::LoadingKv => None,
             };
             if let Some(event) = event {

@@ -89,6 +89,9 @@ pub enum Action {
     /// D's connector's asynchronous lookup for a skipped request answers
     /// (`consumer.async-lookup`).
     LookupAnswers { request: RequestId },
+    /// P's scheduler preempts a request whose final step's output is still in flight
+    /// (`faults.final-step-preempted`).
+    PrefillPreemptedInFinalStep { request: RequestId },
 }
 
 impl Action {
@@ -104,7 +107,8 @@ impl Action {
             | Action::ReadFails { .. }
             | Action::ChildReportsAgain { .. }
             | Action::OffloadStoreRaises { .. }
-            | Action::PrefillPreempted { .. } => true,
+            | Action::PrefillPreempted { .. }
+            | Action::PrefillPreemptedInFinalStep { .. } => true,
             Action::PrefillFinishes { .. }
             | Action::PrefillWorkerLoads { .. }
             | Action::PrefillEngineSteps { .. }

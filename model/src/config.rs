@@ -436,6 +436,28 @@ pub struct Scheduler {
     /// Whether D admits a load behind a request skipped with no blocks
     /// (`consumer.async-lookup`).
     pub admission_behind_skipped: AdmissionBehindSkipped,
+    /// What P's scheduler makes of the in-flight output of a request it preempted in
+    /// its final step (`faults.final-step-preempted`).
+    pub final_step_preemption: FinalStepPreemption,
+}
+
+/// With async scheduling a step's output arrives after the next step was scheduled, so
+/// the scheduler can preempt a request (freeing its blocks) whose final step is still
+/// running (vLLM PR #50297, replacing #48141).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FinalStepPreemption {
+    /// The stale output is dropped (`drop_stale_output` where the connector
+    /// `requires_kv_delivery`): the request waits, is prefilled again and finishes with
+    /// its blocks (current vLLM, #50297).
+    #[default]
+    DropsStaleOutput,
+    /// The stale output still finishes the request: `request_finished` gets an empty
+    /// block list, NIXL delays no free and hands D transfer parameters naming no remote
+    /// blocks, and D, which still has tokens to load, asserts in
+    /// `update_state_after_alloc` (before #50297; vllm-ascend #14180 saw D index the
+    /// empty list).
+    FinishesEmpty,
 }
 
 /// Admission behind a request that sits in `skipped_waiting` holding no blocks (its
@@ -515,6 +537,7 @@ impl Default for Scheduler {
             failed_step: FailedStep::FailStop,
             load_reservation: LoadReservation::FullSequence,
             admission_behind_skipped: AdmissionBehindSkipped::Allowed,
+            final_step_preemption: FinalStepPreemption::DropsStaleOutput,
         }
     }
 }
@@ -583,6 +606,11 @@ pub struct Faults {
     /// One of the offloading child's store jobs raises (MultiConnector only).
     #[serde(default)]
     pub offload_store_raises: bool,
+    /// P's scheduler preempts a request while the output of its final step is still in
+    /// flight (async scheduling, `max-concurrent-batches = 2`); what follows is
+    /// `scheduler.final-step-preemption`.
+    #[serde(default)]
+    pub final_step_preempted: bool,
     /// A P WRITE into D fails (`transfer = "push-writes"`).
     #[serde(default)]
     pub push_write_fails: bool,
@@ -851,6 +879,20 @@ impl Config {
                 }
             }
             _ => {}
+        }
+        if self.faults.final_step_preempted {
+            if self.max_concurrent_batches != 2 {
+                return err(
+                    "faults.final-step-preempted",
+                    "needs max-concurrent-batches = 2: only with async scheduling is a final step's output still in flight when the next step is scheduled".into(),
+                );
+            }
+            if self.consumer.prefix_hit != PrefixHit::Off {
+                return err(
+                    "consumer.prefix-hit",
+                    "not modelled with faults.final-step-preempted (a full prefix hit loads nothing, so an empty block list would not trip D)".into(),
+                );
+            }
         }
         if self.consumer.async_lookup && self.connector != Connector::MultiOffload {
             return err(

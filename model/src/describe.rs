@@ -50,6 +50,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::LeaseExpires { rank, request } => {
             format!("P rank {rank}: lease on req{request} expires")
         }
+        Action::PrefillPreemptedInFinalStep { request } => format!(
+            "[FAULT] P scheduler: preempts req{request} (blocks freed) while its final step's output is in flight"
+        ),
         Action::PrefillPreempted { request } => format!(
             "[FAULT] P scheduler: preempts req{request} mid-prefill (blocks freed, prefilled again); the offloading child's store jobs of what was computed keep running"
         ),
@@ -203,6 +206,7 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::LeaseExpires { .. } => "LeaseExpires",
         Action::OffloadStoreRaises { .. } => "OffloadStoreRaises",
         Action::PrefillPreempted { .. } => "PrefillPreempted",
+        Action::PrefillPreemptedInFinalStep { .. } => "PrefillPreemptedInFinalStep",
         Action::StaleStoreCompletes { .. } => "StaleStoreCompletes",
         Action::DecodeAdmits { .. } => "DecodeAdmits",
         Action::DecoderCrashes { .. } => "DecoderCrashes",
@@ -483,6 +487,9 @@ pub fn prefill_phase(phase: PrefillPhase) -> &'static str {
         PrefillPhase::Released => "blocks freed",
         PrefillPhase::Dropped => "aborted before finishing, freed",
         PrefillPhase::AbortFreed => "aborted after finishing, blocks freed at once",
+        PrefillPhase::FinishedEmpty => {
+            "finished by a stale output with no blocks: nothing delay-freed, D handed no remote blocks"
+        }
     }
 }
 
@@ -520,7 +527,7 @@ fn metadata(meta: Metadata) -> String {
 
 /// The contract breaches in `incidents`, named (a set: `-` when empty).
 pub fn incidents(incidents: Incidents) -> Value {
-    const NAMES: [(u16, &str); 15] = [
+    const NAMES: [(u16, &str); 16] = [
         (
             Incidents::SEND_FOR_UNKNOWN,
             "finished_sending for unknown request",
@@ -562,6 +569,10 @@ pub fn incidents(incidents: Incidents) -> Value {
         (
             Incidents::LEASE_SKIPPED,
             "an expired lease held: the reaper stopped at a live one",
+        ),
+        (
+            Incidents::EMPTY_TRANSFER_PARAMS,
+            "D admitted a load naming no remote blocks: NIXL asserts, D's engine dies",
         ),
     ];
     Value::Set(

@@ -124,6 +124,10 @@ impl ContractModel {
                 if faults.prefill_preempted && state.once & State::ONCE_PREFILL_PREEMPTED == 0 {
                     actions.push(Action::PrefillPreempted { request: r });
                 }
+                if faults.final_step_preempted && state.once & State::ONCE_FINAL_STEP_PREEMPTED == 0
+                {
+                    actions.push(Action::PrefillPreemptedInFinalStep { request: r });
+                }
             }
             for rank in 0..t.prefill_world {
                 let cell = state.prefill_cell(rank, r);
@@ -142,7 +146,10 @@ impl ContractModel {
             }
             let p_finished = matches!(
                 q.prefill,
-                PrefillPhase::DelayFreed | PrefillPhase::Released | PrefillPhase::AbortFreed
+                PrefillPhase::DelayFreed
+                    | PrefillPhase::Released
+                    | PrefillPhase::AbortFreed
+                    | PrefillPhase::FinishedEmpty
             );
             if q.decode == DecodePhase::Pending && p_finished {
                 actions.push(Action::DecodeAdmits {
@@ -420,6 +427,9 @@ impl ContractModel {
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
             Action::DecodeFinishes { request: r } => scheduler::finish_decode(&mut next, r),
             Action::LookupAnswers { request: r } => scheduler::answer_lookup(&mut next, r),
+            Action::PrefillPreemptedInFinalStep { request: r } => {
+                scheduler::preempt_in_final_step(c, &mut next, r)
+            }
         }
         if c.decode.kv_blocks.is_some() {
             scheduler::renumber_arrivals(&mut next);

@@ -9,8 +9,8 @@ use crate::action::Action;
 use crate::decoder::ChildPoll;
 use crate::describe;
 use crate::state::{
-    DecodeCell, HandlePhase, Incidents, LoadPhase, Metadata, Request, RequestId, SendPhase, State,
-    StorePhase,
+    DecodeCell, HandlePhase, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId,
+    SendPhase, State, StorePhase,
 };
 use crate::topology::{HandlePlan, Topology};
 use kvcc_aggregator::{Aggregator, Direction, Rank};
@@ -712,6 +712,16 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                 _ => format!("counted down all the same: it no longer holds req{request}'s send back"),
             })
         }
+        Action::PrefillPreemptedInFinalStep { request } => {
+            what.push(match after.requests[usize::from(request)].prefill {
+                PrefillPhase::FinishedEmpty => format!(
+                    "the stale output still finishes req{request}: request_finished() gets no blocks, delays no free, and D's transfer parameters name no remote blocks"
+                ),
+                _ => format!(
+                    "the stale output is dropped: req{request} waits and is prefilled again"
+                ),
+            })
+        }
         Action::ClientAborts { .. } => what.extend(
             scheduler_lines(before, after)
                 .into_iter()
@@ -828,6 +838,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::DecodeFinishes { request } => events.push(note(
             DecodeScheduler,
             format!("req{request} finishes, blocks returned"),
+        )),
+        Action::PrefillPreemptedInFinalStep { request } => events.push(note(
+            PrefillScheduler,
+            format!("[FAULT] req{request} preempted in its final step"),
         )),
         Action::LookupAnswers { request } => events.push(note(
             DecodeScheduler,

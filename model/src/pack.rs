@@ -45,7 +45,7 @@ macro_rules! codes {
 }
 
 codes! {
-    PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed }
+    PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed, FinishedEmpty }
     DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp }
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
     StorePhase { NotUsed, Storing, Stored, Leaked }
@@ -226,6 +226,7 @@ mod tests {
             P::Released,
             P::Dropped,
             P::AbortFreed,
+            P::FinishedEmpty,
         ]);
         round_trip(&[
             D::Pending,

@@ -205,6 +205,7 @@ incident_free!(
 incident_free!(no_report_beyond_expected, Incidents::STRICT_BEYOND_EXPECTED);
 incident_free!(no_free_by_lease_alone, Incidents::FREED_BY_LEASE_ALONE);
 incident_free!(no_none_output, Incidents::NONE_OUTPUT);
+incident_free!(no_empty_transfer_params, Incidents::EMPTY_TRANSFER_PARAMS);
 incident_free!(no_lease_skipped, Incidents::LEASE_SKIPPED);
 
 /// The clauses, each defined once: its property, name, kind, meaning and rule. Code
@@ -335,6 +336,13 @@ pub const NONE_OUTPUT_AT_NON_OUTPUT_RANK: Clause = Clause {
     meaning: "a worker other than the output rank handed the aggregator no output (None); vLLM's aggregator asserts on it and the engine dies",
     holds: no_none_output,
 };
+pub const EMPTY_TRANSFER_PARAMS: Clause = Clause {
+    property: "engine-survives",
+    clause: "empty-transfer-params",
+    kind: Kind::Safety,
+    meaning: "D admitted a load whose transfer parameters name no remote blocks (P finished the request with none after preempting it in its final step); NIXL asserts in update_state_after_alloc and D's engine dies (vLLM PR #50297)",
+    holds: no_empty_transfer_params,
+};
 pub const DELAY_FREED_REQUEST_NEVER_FREED: Clause = Clause {
     property: "eventually-freed",
     clause: "delay-freed-request-never-freed",
@@ -407,6 +415,7 @@ pub const CLAUSES: &[Clause] = &[
     FREED_ONLY_BY_LEASE_EXPIRY,
     EXPIRED_LEASE_HELD_BEHIND_LIVE_ONE,
     NONE_OUTPUT_AT_NON_OUTPUT_RANK,
+    EMPTY_TRANSFER_PARAMS,
     DELAY_FREED_REQUEST_NEVER_FREED,
     LOADER_NEVER_WOKEN,
     ABORTED_LOADER_NEVER_FREED,

@@ -7,8 +7,8 @@
 //! the configured policies.
 
 use crate::config::{
-    AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, LoadReservation,
-    Stepping,
+    AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, FinalStepPreemption,
+    LoadReservation, Stepping,
 };
 use crate::state::{
     DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
@@ -47,8 +47,15 @@ pub fn admit_decode(config: &Config, state: &mut State, r: RequestId, prefix_hit
 }
 
 /// D allocates `r`'s blocks and its workers are told to load: `WAITING_FOR_REMOTE_KVS`.
+/// Transfer parameters that name no remote blocks (a request P finished empty) trip
+/// NIXL's assertion in `update_state_after_alloc`, and D's engine dies.
 fn start_load(config: &Config, state: &mut State, r: RequestId) {
     let request = &mut state.requests[usize::from(r)];
+    if request.prefill == PrefillPhase::FinishedEmpty {
+        request.decode = DecodePhase::Crashed;
+        state.incidents.set(Incidents::EMPTY_TRANSFER_PARAMS);
+        return;
+    }
     request.decode = DecodePhase::Loading;
     request.recv_meta = Metadata::Due(config.max_concurrent_batches);
     state
@@ -159,6 +166,15 @@ pub fn renumber_arrivals(state: &mut State) {
     }
     for (place, (_, r)) in queued.into_iter().enumerate() {
         state.requests[usize::from(r)].arrival = place as u8;
+    }
+}
+
+/// P preempts `r` while its final step's output is in flight: the output is dropped and
+/// the request prefilled again, or it finishes `r` with no blocks.
+pub fn preempt_in_final_step(config: &Config, state: &mut State, r: RequestId) {
+    state.once |= State::ONCE_FINAL_STEP_PREEMPTED;
+    if config.scheduler.final_step_preemption == FinalStepPreemption::FinishesEmpty {
+        state.requests[usize::from(r)].prefill = PrefillPhase::FinishedEmpty;
     }
 }
 

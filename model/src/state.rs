@@ -33,6 +33,11 @@ pub enum PrefillPhase {
     Dropped,
     /// Aborted after its delayed free and freed at once (scheduler `abort-finished = free`).
     AbortFreed,
+    /// Finished by the in-flight output of its final step after a preemption had freed
+    /// its blocks: nothing delay-freed, nothing to send, and D handed transfer
+    /// parameters that name no blocks (`scheduler.final-step-preemption =
+    /// "finishes-empty"`).
+    FinishedEmpty,
 }
 
 /// D's scheduler view of a request.
@@ -248,6 +253,9 @@ impl Incidents {
     /// the request was emitted, or after.
     pub const REPORTED_TWICE: u16 = 1 << 13;
     pub const REPORTED_AFTER_EMISSION: u16 = 1 << 14;
+    /// D admitted a load whose transfer parameters name no remote blocks: NIXL asserts
+    /// and D's engine dies.
+    pub const EMPTY_TRANSFER_PARAMS: u16 = 1 << 15;
 
     pub fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
@@ -361,6 +369,7 @@ impl State {
     pub const ONCE_DECODE_STEP_RAISED: u8 = 16;
     pub const ONCE_CHILD_REPORTED_TWICE: u8 = 32;
     pub const ONCE_PREFILL_PREEMPTED: u8 = 64;
+    pub const ONCE_FINAL_STEP_PREEMPTED: u8 = 128;
 
     pub fn request_count(&self) -> usize {
         self.requests.len()
@@ -444,7 +453,7 @@ impl State {
             PrefillPhase::LoadingKv => 0,
             PrefillPhase::Prefilling => 1,
             PrefillPhase::DelayFreed => 2,
-            PrefillPhase::Released | PrefillPhase::Dropped => 4,
+            PrefillPhase::Released | PrefillPhase::Dropped | PrefillPhase::FinishedEmpty => 4,
             PrefillPhase::AbortFreed => 3,
         };
         let decode_phase = |d: DecodePhase| match d {

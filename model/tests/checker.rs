@@ -6,7 +6,9 @@ mod common;
 
 use common::{fix, regression};
 use kvcc_model::checker::{check, Checkable, Cutoff, Kind, Limits, Options, Verdict};
-use kvcc_model::config::{Connector, EngineFault, FailedHandle, LoadReservation};
+use kvcc_model::config::{
+    Connector, EngineFault, FailedHandle, FinalStepPreemption, LoadReservation,
+};
 use kvcc_model::{Config, ContractModel};
 use stateright::{Checker, Model};
 use std::collections::BTreeSet;
@@ -74,6 +76,12 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     skipped.connector = Connector::MultiOffload;
     skipped.decode.kv_blocks = Some(3);
     skipped.consumer.async_lookup = true;
+    // A preemption in a final step, its stale output finishing the request empty.
+    let mut final_step = fix(2, 1);
+    final_step.requests = 2;
+    final_step.max_concurrent_batches = 2;
+    final_step.faults.final_step_preempted = true;
+    final_step.scheduler.final_step_preemption = FinalStepPreemption::FinishesEmpty;
     vec![
         ("regression", regression(2, 1)),
         ("fix", fix(2, 1)),
@@ -85,6 +93,7 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
         ("D block pool", pool),
         ("D block pool, prefix-only", pool_prefix_only),
         ("D skipped without blocks", skipped),
+        ("P preempted in a final step", final_step),
     ]
 }
 

@@ -349,7 +349,13 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "admission-behind-skipped",
         &["\"allowed\"", "\"refused\""],
     ),
+    (
+        "scheduler",
+        "final-step-preemption",
+        &["\"drops-stale-output\"", "\"finishes-empty\""],
+    ),
     ("faults", "client-abort", &["false", "true"]),
+    ("faults", "final-step-preempted", &["false", "true"]),
     ("faults", "lost-notification", &["false", "true"]),
     ("faults", "decoder-never-reads", &["false", "true"]),
     ("faults", "rejected-before-admission", &["false", "true"]),

@@ -291,6 +291,7 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::DecoderCrashes { request }
         | Action::DecodeRejects { request }
         | Action::PrefillPreempted { request }
+        | Action::PrefillPreemptedInFinalStep { request }
         | Action::DecodeFinishes { request }
         | Action::LookupAnswers { request }
         | Action::ClientAborts { request } => request_ok(request),
