@@ -79,6 +79,13 @@ fn issue15_pr53903_multiconnector_pcp4_explores_11133_states() {
     assert_eq!(explored(&spec), (11_133, 150_357));
 }
 
+/// D's block pool with three requests (issue 12, path 2).
+#[test]
+fn issue12_decode_pool_3_requests_explores_59401_states() {
+    let spec = bench_spec("decode-pool-3-requests", unchanged);
+    assert_eq!(explored(&spec), (59_401, 327_990));
+}
+
 #[test]
 fn issue6_pr56104_hetero_tp_with_one_request_explores_1951_states() {
     let spec = bench_spec("pr56104-hetero-tp", one_request);
