@@ -1,21 +1,30 @@
 //! Symmetry reduction: interchangeable ranks collapse to one canonical state.
 //!
 //! Two kinds of blocks are interchangeable (see [`crate::topology::Topology`]): transfer groups (P ranks
-//! with the D ranks that read them, and their handles), as whole rows; and replicated PCP
-//! ranks > 0, *per request*. A replica's cells for different requests never meet: every
+//! with the D ranks that read them, and their handles), and replicated PCP ranks > 0,
+//! both *per request*. A rank's cells for different requests never meet: every
 //! action touches one (rank, request) cell, `Countdown` counts reports per id without
 //! asking who sent them, a worker reports a request from that request's cell alone, and
-//! every property quantifies over all ranks of one request. So permuting the replicas of
-//! one request column, independently of the other columns, maps behaviours to behaviours
+//! every property quantifies over all ranks of one request. So permuting the replicas, or
+//! the transfer groups, of one request column, independently of the other columns, maps
+//! behaviours to behaviours
 //! and keeps every clause; the group is the product of one full permutation group per
 //! column. (The output rank, whose output alone can drop a step or announce a count, is
 //! PCP rank 0's in the last stage, never a replica; a group holds one rank of every stage,
 //! and groups map stage to stage.)
 //!
-//! The representative sorts the transfer groups by their rows and each request column of
-//! the replicas by its cells: sorting is a canonical form for a full permutation group,
-//! and a product of groups acting on disjoint cells is canonicalised part by part. So
-//! symmetric states get one fingerprint, and every member of a class gets the same
+//! The one exception is P's `_reqs_to_send` order under a head-only reaper
+//! ([`crate::topology::Topology::ordered_leases`]): a rank's reaper walks its requests in
+//! order and stops at the first live lease, so a rank's cells for different requests do
+//! meet there, and transfer groups are then permuted only as whole rows (every request
+//! column alike). (A lost output-rank output drops the whole step, every rank's reports
+//! alike, so the output rank's group is no exception.)
+//!
+//! The representative sorts each request column of the transfer groups by the groups'
+//! cells in it (or the groups by their whole rows, under a head-only reaper) and each
+//! request column of the replicas by its cells: sorting is a canonical form for a full
+//! permutation group, and a product of groups acting on disjoint cells is canonicalised
+//! part by part. So symmetric states get one fingerprint, and every member of a class gets the same
 //! representative (which replaying a counterexample through concrete states relies on).
 //!
 //! Requests are interchangeable too: every request of a model has the same
@@ -235,8 +244,17 @@ impl State {
         next
     }
 
-    /// The canonical member of this state's class under renaming ranks alone.
+    /// The canonical member of this state's class under renaming ranks alone: transfer
+    /// groups sorted per request column where requests never meet on a rank, as whole
+    /// rows where they do (a head-only reaper walks one rank's requests in order), and
+    /// replicas per request column.
     fn into_rank_representative(self) -> State {
+        if !self.topology().ordered_leases {
+            let mut next = self;
+            next.sort_group_columns();
+            next.sort_replica_columns();
+            return next;
+        }
         let mut next = match self.group_order() {
             None => self,
             Some((prefill_from, decode_from, handle_from)) => {
@@ -286,6 +304,74 @@ impl State {
             }
         }
         classes
+    }
+
+    /// Sorts each request column of the transfer groups in place: the groups' cells for
+    /// one request (their P ranks', then their D ranks' with the offloading child's
+    /// loads, then their handles') move as a block, independently of other columns.
+    fn sort_group_columns(&mut self) {
+        let topology = self.topology();
+        let groups = &topology.groups;
+        if groups.len() < 2 {
+            return;
+        }
+        let n = self.request_count();
+        for r in 0..n {
+            let compare = |state: &State, a: usize, b: usize| -> std::cmp::Ordering {
+                let (a, b) = (&groups[a], &groups[b]);
+                let cell = |k: &Rank| state.prefill[usize::from(*k) * n + r];
+                let load = |d: &Rank| {
+                    let at = usize::from(*d) * n + r;
+                    (state.decode[at], state.child_loads[at])
+                };
+                let handle = |h: &usize| state.handles[*h * n + r];
+                a.prefill_ranks
+                    .iter()
+                    .map(cell)
+                    .cmp(b.prefill_ranks.iter().map(cell))
+                    .then_with(|| {
+                        a.decode_ranks
+                            .iter()
+                            .map(load)
+                            .cmp(b.decode_ranks.iter().map(load))
+                    })
+                    .then_with(|| {
+                        a.handles
+                            .iter()
+                            .map(handle)
+                            .cmp(b.handles.iter().map(handle))
+                    })
+            };
+            if (1..groups.len()).all(|g| compare(self, g - 1, g).is_le()) {
+                continue;
+            }
+            let mut order: SmallVec<[usize; 16]> = (0..groups.len()).collect();
+            order.sort_by(|&a, &b| compare(self, a, b));
+            // The column's cells, read before any is overwritten.
+            let prefill: SmallVec<[crate::state::PrefillCell; 64]> = (0..self.prefill.len() / n)
+                .map(|k| self.prefill[k * n + r])
+                .collect();
+            let decode: SmallVec<[(crate::state::DecodeCell, crate::state::LoadPhase); 16]> = (0
+                ..self.decode.len() / n)
+                .map(|d| (self.decode[d * n + r], self.child_loads[d * n + r]))
+                .collect();
+            let handles: SmallVec<[crate::state::HandlePhase; 64]> = (0..self.handles.len() / n)
+                .map(|h| self.handles[h * n + r])
+                .collect();
+            for (slot, &from) in order.iter().enumerate() {
+                let (to, from) = (&groups[slot], &groups[from]);
+                for (&t, &f) in to.prefill_ranks.iter().zip(&from.prefill_ranks) {
+                    self.prefill[usize::from(t) * n + r] = prefill[usize::from(f)];
+                }
+                for (&t, &f) in to.decode_ranks.iter().zip(&from.decode_ranks) {
+                    let at = usize::from(t) * n + r;
+                    (self.decode[at], self.child_loads[at]) = decode[usize::from(f)];
+                }
+                for (&t, &f) in to.handles.iter().zip(&from.handles) {
+                    self.handles[t * n + r] = handles[f];
+                }
+            }
+        }
     }
 
     /// Sorts each request column of the replicas' cells in place (an insertion sort over

@@ -82,6 +82,10 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     final_step.max_concurrent_batches = 2;
     final_step.faults.final_step_preempted = true;
     final_step.scheduler.final_step_preemption = FinalStepPreemption::FinishesEmpty;
+    // Two transfer groups and two requests: groups sort per request column.
+    let mut groups_two_requests = fix(1, 2);
+    groups_two_requests.requests = 2;
+    groups_two_requests.faults.client_abort = false;
     vec![
         ("regression", regression(2, 1)),
         ("fix", fix(2, 1)),
@@ -94,6 +98,7 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
         ("D block pool, prefix-only", pool_prefix_only),
         ("D skipped without blocks", skipped),
         ("P preempted in a final step", final_step),
+        ("fix tp2, two requests", groups_two_requests),
     ]
 }
 
@@ -187,7 +192,7 @@ fn offloading_stores_polled_at_the_step_leave_nothing_to_sort() {
 }
 
 /// TP ranks with identical roles: with P tp 2 and D tp 2 each P rank and the D rank that
-/// reads it form a transfer group, and the two groups are interchangeable.
+/// reads it form a transfer group, and the two groups are interchangeable, per request.
 #[test]
 fn interchangeable_transfer_groups_collapse() {
     let mut config = fix(1, 2);
@@ -197,8 +202,9 @@ fn interchangeable_transfer_groups_collapse() {
     assert!(matches!(reduced.verdict, Verdict::Holds));
     assert!(matches!(full.verdict, Verdict::Holds));
     // Pinned: a changed count is a reviewed decision. (49,037 reduced while only ranks
-    // were interchangeable; the two requests are too.)
-    assert_eq!(reduced.unique_states, 24_684);
+    // were interchangeable; 24,684 once the two requests were too; the groups now sort
+    // per request column.)
+    assert_eq!(reduced.unique_states, 16_208);
     assert_eq!(full.unique_states, 95_593);
 }
 
@@ -298,6 +304,34 @@ fn renaming_requests_is_a_bisimulation_and_a_broken_renaming_is_caught() {
         t
     };
     assert!(first_break(&model, swap_cells_only).is_some());
+}
+
+/// Transfer groups are interchangeable per request column: two requests never meet on a
+/// rank (without a head-only reaper), so each request's group cells may be permuted on
+/// their own. A state and its representative judge every clause alike and have the same
+/// successors, in every reachable state of P tp 2 · D tp 2 with two requests, leases and
+/// lost notifications. The broken twin swaps one request's groups but leaves their
+/// handles behind, and must break it.
+#[test]
+fn permuting_transfer_groups_per_request_is_a_bisimulation_and_a_broken_one_is_caught() {
+    let mut config = fix(1, 2);
+    config.requests = 2;
+    config.faults.client_abort = false;
+    let model = ContractModel::new(config);
+    assert_eq!(first_break(&model, |s| s.representative()), None);
+    let t = model.topology;
+    let (a, b) = (&t.groups[0], &t.groups[1]);
+    let swap_request0_without_handles = |s: &kvcc_model::State| {
+        let mut t = s.clone();
+        for (&p, &q) in a.prefill_ranks.iter().zip(&b.prefill_ranks) {
+            t.prefill.swap(usize::from(p) * 2, usize::from(q) * 2);
+        }
+        for (&p, &q) in a.decode_ranks.iter().zip(&b.decode_ranks) {
+            t.decode.swap(usize::from(p) * 2, usize::from(q) * 2);
+        }
+        t
+    };
+    assert!(first_break(&model, swap_request0_without_handles).is_some());
 }
 
 #[test]

@@ -85,7 +85,8 @@ fn pr59325_regression_leaks_with_a_named_witness() {
 fn pr59325_fix_holds_across_pcp_and_tp() {
     // (pcp, tp, requests) -> unique states. Replicated ranks > 0 move in lockstep (one
     // engine step delivers metadata to all of them), so pcp does not grow the space. Two
-    // requests are interchangeable (2,481 and 49,037 while only ranks were).
+    // requests are interchangeable (2,481 and 49,037 while only ranks were), and the two
+    // transfer groups of tp 2 per request column (24,684 while only as whole rows).
     let pinned = [
         ((1, 1, 1), 51),
         ((2, 1, 1), 51),
@@ -93,7 +94,7 @@ fn pr59325_fix_holds_across_pcp_and_tp() {
         ((2, 2, 1), 191),
         ((4, 2, 1), 191),
         ((2, 1, 2), 1_266),
-        ((4, 2, 2), 24_684),
+        ((4, 2, 2), 16_208),
     ];
     for ((pcp, tp, requests), states) in pinned {
         let mut config = fix(pcp, tp);

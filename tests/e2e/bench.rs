@@ -3,7 +3,7 @@
 //! blind update); `kvcc-bench` prints its documented JSON lines and judges verdicts; and
 //! `kvcc check` on `specs/` leaves the slow benchmark set to `kvcc-bench`.
 //!
-//! The 6.9-million-state D-side benchmark takes minutes in the test profile, so its full
+//! The 1.8-million-state D-side benchmark takes minutes in the test profile, so its full
 //! count is pinned in an ignored test, run in release:
 //! `cargo test --release -p kvcc-e2e -- --ignored bench::`; its one-request version is
 //! pinned here.
@@ -50,12 +50,13 @@ fn one_request(text: String) -> String {
     text.replace("\nrequests = 2\n", "\nrequests = 1\n")
 }
 
-/// 49,037 states while only ranks were interchangeable; its two requests are too (issue
-/// 15's request symmetry).
+/// 49,037 states while only ranks were interchangeable; 24,684 once its two requests were
+/// too (issue 15's request symmetry); its two transfer groups are interchangeable per
+/// request column.
 #[test]
-fn issue15_pr59325_fix_pcp4_tp2_explores_24684_states() {
+fn issue15_pr59325_fix_pcp4_tp2_explores_16208_states() {
     let spec = bench_spec("pr59325-fix-pcp4-tp2", unchanged);
-    assert_eq!(explored(&spec), (24_684, 98_312));
+    assert_eq!(explored(&spec), (16_208, 63_407));
 }
 
 #[test]
@@ -101,10 +102,10 @@ fn issue6_pr56104_hetero_tp_with_one_request_explores_1951_states() {
 }
 
 #[test]
-#[ignore = "3.4 million states (6.9 million before requests were interchangeable): run in release, cargo test --release -p kvcc-e2e -- --ignored bench::"]
-fn issue15_pr56104_hetero_tp_explores_3434460_states() {
+#[ignore = "1.8 million states (6.9 million before requests were interchangeable, 3.4 million before transfer groups were per request): run in release, cargo test --release -p kvcc-e2e -- --ignored bench::"]
+fn issue15_pr56104_hetero_tp_explores_1789440_states() {
     let spec = bench_spec("pr56104-hetero-tp", unchanged);
-    assert_eq!(explored(&spec), (3_434_460, 17_139_416));
+    assert_eq!(explored(&spec), (1_789_440, 8_917_621));
 }
 
 /// Every field harness/FORMATS.md documents for `kvcc-bench --format json` check lines.
