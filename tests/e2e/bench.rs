@@ -108,6 +108,16 @@ fn issue15_pr56104_hetero_tp_explores_1789440_states() {
     assert_eq!(explored(&spec), (1_789_440, 8_917_621));
 }
 
+/// Issue 15's two targets, each under 10 s in release (docs/benchmarks.md).
+#[test]
+#[ignore = "1.6 million and 0.9 million states: run in release, cargo test --release -p kvcc-e2e -- --ignored bench::"]
+fn issue15_the_two_targets_explore_1606300_and_871056_states() {
+    let tp4 = bench_spec("pr59325-fix-pcp4-tp4", unchanged);
+    assert_eq!(explored(&tp4).0, 1_606_300);
+    let three = bench_spec("pr59325-fix-pcp4-tp2-3-requests", unchanged);
+    assert_eq!(explored(&three).0, 871_056);
+}
+
 /// Every field harness/FORMATS.md documents for `kvcc-bench --format json` check lines.
 const CHECK_FIELDS: [&str; 23] = [
     "format_version",

@@ -201,6 +201,41 @@ fn issue6_every_shipped_spec_point_keeps_its_verdict_unreduced() {
     assert!(offloading >= 6, "{offloading} offloading points");
 }
 
+/// The benchmark set's specs, larger than the shipped ones (tens of thousands of states
+/// reduced, hundreds of thousands unreduced), keep their verdicts unreduced too. The three
+/// with near a million states or more reduced (tens of millions unreduced) are left to
+/// `kvcc check --no-symmetry`.
+#[test]
+fn issue15_benchmark_specs_keep_their_verdicts_unreduced() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(crate::common::root().join("specs/bench")).expect("specs/bench")
+    {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
+        let largest = [
+            "pr56104-hetero-tp",
+            "pr59325-fix-pcp4-tp4",
+            "pr59325-fix-pcp4-tp2-3-requests",
+        ];
+        if path.extension().is_none_or(|e| e != "toml") || largest.contains(&name) {
+            continue;
+        }
+        let spec = Spec::load(path.to_str().expect("utf-8 path")).expect("benchmark spec valid");
+        for case in spec.cases(&[]).expect("cases") {
+            let (reduced, unreduced) = cross_check(name, &case.config);
+            assert!(
+                reduced < unreduced,
+                "{name}: {reduced} vs {unreduced} states"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "{checked} benchmark checks");
+}
+
 /// Variations of the offloading points that the shipped specs leave out: every fault and
 /// option that touches the P step or the replicas, two requests, a third replica, a
 /// second tp rank, the Strict aggregator (no symmetry: every subset of stores).
