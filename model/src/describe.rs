@@ -418,11 +418,11 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
     }
     aggregator_facts(&mut facts, "P", &state.prefill_aggregator);
     aggregator_facts(&mut facts, "D", &state.decode_aggregator);
-    if let Some(pool) = t.decode_blocks {
+    if let (Some(free), Some(pool)) = (state.decode_blocks_free(), t.decode_blocks) {
         facts.insert(
             "D free blocks".into(),
             Value::Tup(vec![
-                Value::Int(i64::from(pool - state.decode_blocks_held())),
+                Value::Int(i64::from(free)),
                 Value::Int(i64::from(pool)),
             ]),
         );

@@ -427,12 +427,8 @@ fn outcome_lines(engine: &str, before: &State, after: &State) -> Vec<String> {
 
 /// D's pool after a step that can change it (`decode.kv-blocks`).
 fn pool_line(t: &Topology, after: &State) -> Option<String> {
-    t.decode_blocks.map(|pool| {
-        format!(
-            "D pool: {} of {pool} blocks free",
-            pool - after.decode_blocks_held()
-        )
-    })
+    let (free, pool) = (after.decode_blocks_free()?, t.decode_blocks?);
+    Some(format!("D pool: {free} of {pool} blocks free"))
 }
 
 fn incident_line(before: &State, after: &State) -> Option<String> {

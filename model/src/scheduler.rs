@@ -81,7 +81,7 @@ pub struct ScanStop {
 /// (`allocate_slots` returns None and the loop breaks), so nothing behind it is looked
 /// at this step. Returns where it stopped, if it did.
 pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
-    let pool = config.decode.kv_blocks?;
+    state.decode_blocks_free()?;
     let mut order: SmallVec<[RequestId; 3]> = (0..state.request_count() as RequestId)
         .filter(|&r| state.requests[usize::from(r)].decode.queued())
         .collect();
@@ -92,9 +92,7 @@ pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
     // A request skipped with no blocks is ahead of the rest of the scan.
     let mut blockless_ahead = false;
     for r in order {
-        let free = pool
-            .checked_sub(state.decode_blocks_held())
-            .expect("D holds no more blocks than its pool");
+        let free = state.decode_blocks_free().expect("a finite pool");
         let phase = state.requests[usize::from(r)].decode;
         let need = match phase {
             DecodePhase::Loading => continue,
@@ -368,7 +366,7 @@ mod tests {
         let (state, stop) = first_scan(2, LoadReservation::PrefixOnly);
         assert_eq!(phases(&state), [DecodePhase::Loading, DecodePhase::Loading]);
         assert_eq!(stop, None);
-        assert_eq!(state.decode_blocks_held(), 2);
+        assert_eq!(state.decode_blocks_free(), Some(0));
     }
 
     #[test]

@@ -375,9 +375,14 @@ impl State {
         self.requests.len()
     }
 
-    /// Blocks of D's pool its requests hold ([`DecodePhase::blocks`]).
-    pub fn decode_blocks_held(&self) -> u8 {
-        self.requests.iter().map(|q| q.decode.blocks()).sum()
+    /// Free blocks of D's pool (`decode.kv-blocks`): the pool less what its requests hold
+    /// ([`DecodePhase::blocks`]); None without a finite pool.
+    pub fn decode_blocks_free(&self) -> Option<u8> {
+        let held: u8 = self.requests.iter().map(|q| q.decode.blocks()).sum();
+        self.topology().decode_blocks.map(|pool| {
+            pool.checked_sub(held)
+                .expect("D holds no more blocks than its pool")
+        })
     }
 
     pub fn prefill_cell(&self, rank: Rank, r: RequestId) -> &PrefillCell {
