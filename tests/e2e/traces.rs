@@ -811,6 +811,37 @@ fn issue11_the_point_of_no_return_is_the_step_that_dooms_the_run() {
     );
 }
 
+/// Issue 16: limits bite after the search too. The point of no return walks the graph
+/// again; after a cut search that graph is larger than the limits the user set, so the
+/// trace names none rather than walking past them (a 400-state check of a random spec
+/// used to walk up to 300,000 states for each violated liveness clause). The same spec
+/// unlimited names it: the line is there to be missed.
+#[test]
+fn issue16_a_cut_search_walks_no_further_for_a_point_of_no_return() {
+    let trace_of = |limit: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "check",
+            "specs/decoder-crash.toml",
+            "--trace-dir",
+            dir.path().to_str().unwrap(),
+            "--all-traces",
+        ];
+        args.extend_from_slice(limit);
+        let (code, stdout, stderr) = run(&args);
+        assert!(code == 0 || !limit.is_empty(), "{stdout}{stderr}");
+        read(
+            &dir.path()
+                .join(format!("decoder-crash__producer.lease=false__{CLAUSE}.txt")),
+        )
+    };
+    let whole = trace_of(&[]);
+    assert!(whole.contains("  point of no return: step "), "{whole}");
+    let cut = trace_of(&["--max-depth", "5"]);
+    assert!(cut.contains("the search was cut"), "{cut}");
+    assert!(!cut.contains("point of no return"), "{cut}");
+}
+
 /// Issue 11: step text is derived from the state and the spec — on every shipped spec
 /// point without leases, no step line of any trace mentions a lease; with leases, the
 /// armed lease is named (the twin that shows the words exist to be missed).

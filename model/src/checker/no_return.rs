@@ -3,36 +3,48 @@
 //! with the clause broken. Before it the story could still have ended well; after it,
 //! whatever happens, it does not. Reviewers look for the step that crossed it.
 //!
-//! Computed on the explored graph: every state reachable from the initial one (up to
-//! [`STATES_MAX`], else there is no answer), the states where a run may end with the
-//! clause kept (no forced action enabled, no safety clause broken), and, walking the
-//! edges backwards from those, every state that can still reach one.
+//! Computed on the explored graph, once for every violated liveness clause: every state
+//! reachable from the initial one, the states where a run may end with a clause kept (no
+//! forced action enabled, no safety clause broken), and, walking the edges backwards from
+//! those, every state that can still reach one. The walk repeats the search's, so it is
+//! only taken when the search saw the graph whole (a cut search's graph is larger than the
+//! limits the user set), it is no larger than [`STATES_MAX`], and it stops at the search's
+//! time limit: past any of these there is no answer rather than a limit that does not bite.
 
 use super::Checkable;
 use std::collections::HashMap;
+use std::time::Instant;
 
 /// Past this many states the answer is not computed (a trace does not wait for it).
 pub const STATES_MAX: usize = 300_000;
 
-/// The index (0 = the initial state) of the first state on `path` (canonical
-/// fingerprints, initial first) from which `clause` can no longer be kept; None when
-/// the graph is too large, or some continuation could still keep it from every state.
-pub(super) fn point_of_no_return<M>(
+/// States walked between two looks at the clock.
+const CLOCK_EVERY: usize = 1024;
+
+/// For each of `clauses` with its `path` (canonical fingerprints, initial first): the
+/// index (0 = the initial state) of the first state on the path from which the clause
+/// can no longer be kept. None for each when the walk passes `STATES_MAX` or `deadline`,
+/// and for a clause some continuation could still keep from every state of its path.
+pub(super) fn points_of_no_return<M>(
     model: &M,
     symmetry: bool,
-    clause: usize,
-    path: &[u64],
-) -> Option<usize>
+    clauses: &[(usize, &[u64])],
+    deadline: Option<Instant>,
+) -> Vec<Option<usize>>
 where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
-    let initial = model.init_states().into_iter().next()?;
+    let unknown = vec![None; clauses.len()];
+    let Some(initial) = model.init_states().into_iter().next() else {
+        return unknown;
+    };
     let mut index: HashMap<u64, usize> = HashMap::new();
     let mut packed: Vec<Vec<u8>> = Vec::new();
     let mut reverse: Vec<Vec<usize>> = Vec::new();
-    let mut good: Vec<bool> = Vec::new();
+    // good[c][s]: a run may end at state s with clause c kept.
+    let mut good: Vec<Vec<bool>> = vec![Vec::new(); clauses.len()];
     let mut bytes = Vec::new();
     let fp = super::pack_canonical(model, initial, symmetry, &mut bytes);
     index.insert(fp, 0);
@@ -41,8 +53,10 @@ where
     let mut actions = Vec::new();
     let mut next = 0;
     while next < packed.len() {
-        if packed.len() > STATES_MAX {
-            return None;
+        if packed.len() > STATES_MAX
+            || (next % CLOCK_EVERY == 0 && deadline.is_some_and(|d| Instant::now() >= d))
+        {
+            return unknown;
         }
         let state = model.unpack(&packed[next]);
         let safe = super::broken_clauses(model, &state, super::Kind::Safety)
@@ -51,7 +65,9 @@ where
         let mut forced = false;
         if safe {
             actions.clear();
-            model.expand_actions(&state, &mut actions).ok()?;
+            if model.expand_actions(&state, &mut actions).is_err() {
+                return unknown;
+            }
             for action in &actions {
                 let Some(successor) = model.next_state(&state, action.clone()) else {
                     continue;
@@ -67,20 +83,28 @@ where
                 reverse[to].push(next);
             }
         }
-        good.push(safe && !forced && model.clause_holds(clause, &state));
+        let end = safe && !forced;
+        for (good, &(clause, _)) in good.iter_mut().zip(clauses) {
+            good.push(end && model.clause_holds(clause, &state));
+        }
         next += 1;
     }
-    // Backwards from the good ends: every state that can still reach one.
-    let mut hopeful = good.clone();
-    let mut stack: Vec<usize> = (0..good.len()).filter(|&s| good[s]).collect();
-    while let Some(s) = stack.pop() {
-        for &from in &reverse[s] {
-            if !hopeful[from] {
-                hopeful[from] = true;
-                stack.push(from);
+    good.into_iter()
+        .zip(clauses)
+        .map(|(good, &(_, path))| {
+            // Backwards from the good ends: every state that can still reach one.
+            let mut hopeful = good.clone();
+            let mut stack: Vec<usize> = (0..good.len()).filter(|&s| good[s]).collect();
+            while let Some(s) = stack.pop() {
+                for &from in &reverse[s] {
+                    if !hopeful[from] {
+                        hopeful[from] = true;
+                        stack.push(from);
+                    }
+                }
             }
-        }
-    }
-    path.iter()
-        .position(|fp| index.get(fp).is_some_and(|&s| !hopeful[s]))
+            path.iter()
+                .position(|fp| index.get(fp).is_some_and(|&s| !hopeful[s]))
+        })
+        .collect()
 }

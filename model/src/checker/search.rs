@@ -307,14 +307,14 @@ where
     };
     drop(frontier);
     drop(level);
-    let counterexamples = pick_counterexamples(
-        model,
-        options,
-        &visited,
-        &folded.bfs_fps,
-        &folded.first,
-        &folded.cutoff,
-    );
+    let found = Explored {
+        visited: &visited,
+        bfs_fps: &folded.bfs_fps,
+        first: &folded.first,
+        unique_states,
+    };
+    let deadline = options.limits.timeout.map(|t| start + t);
+    let counterexamples = pick_counterexamples(model, options, &found, &folded.cutoff, deadline);
     let verdict = match (&counterexamples.is_empty(), &folded.cutoff) {
         (false, _) => Verdict::Violated,
         (true, Some(c)) => Verdict::Inconclusive(c.clone()),
@@ -560,20 +560,21 @@ impl Folded {
 }
 
 /// Each violated clause's reported counterexample, replayed: its cheapest ([`super::order`])
-/// when the graph was explored whole, else its first in BFS order.
+/// when the graph was explored whole, else its first in BFS order. A liveness clause's
+/// point of no return is computed only on a whole graph, within the search's time limit.
 fn pick_counterexamples<M>(
     model: &M,
     options: &Options,
-    visited: &Visited,
-    bfs_fps: &[u64],
-    first: &[Option<u64>],
+    found: &Explored<'_>,
     cutoff: &Option<Cutoff>,
+    deadline: Option<Instant>,
 ) -> Vec<Counterexample<M>>
 where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
+    let first = found.first;
     let violated: Vec<usize> = (0..first.len()).filter(|&c| first[c].is_some()).collect();
     // A possible cycle leaves the explored graph whole; any other cut does not.
     let whole = matches!(cutoff, None | Some(Cutoff::PossibleCycle { .. }));
@@ -582,24 +583,46 @@ where
         (false, true) => Choice::Cheapest,
         (false, false) => Choice::ShortestCut,
     };
-    let cheapest = if choice == Choice::Cheapest && !violated.is_empty() {
+    let mut cheapest = if choice == Choice::Cheapest && !violated.is_empty() {
         order::cheapest(model, options.symmetry, &violated)
     } else {
         Vec::new()
     };
-    violated
+    let paths: Vec<Vec<u64>> = violated
         .iter()
         .enumerate()
-        .map(|(i, &clause)| {
-            let path = match cheapest.get(i) {
-                Some(Some(path)) => path.clone(),
-                _ => replay::path_to(visited, bfs_fps, first[clause].expect("violated")),
-            };
-            let point_of_no_return = (model.clause_kind(clause) == Kind::Liveness)
-                .then(|| no_return::point_of_no_return(model, options.symmetry, clause, &path))
-                .flatten();
+        .map(
+            |(i, &clause)| match cheapest.get_mut(i).and_then(Option::take) {
+                Some(path) => path,
+                None => replay::path_to(
+                    found.visited,
+                    found.bfs_fps,
+                    first[clause].expect("violated"),
+                ),
+            },
+        )
+        .collect();
+    let liveness: Vec<(usize, &[u64])> = violated
+        .iter()
+        .zip(&paths)
+        .filter(|(&clause, _)| model.clause_kind(clause) == Kind::Liveness)
+        .map(|(&clause, path)| (clause, path.as_slice()))
+        .collect();
+    let points = if whole && found.unique_states <= no_return::STATES_MAX as u64 {
+        no_return::points_of_no_return(model, options.symmetry, &liveness, deadline)
+    } else {
+        vec![None; liveness.len()]
+    };
+    violated
+        .iter()
+        .zip(&paths)
+        .map(|(&clause, path)| {
+            let point_of_no_return = liveness
+                .iter()
+                .position(|&(c, _)| c == clause)
+                .and_then(|i| points[i]);
             let (initial, steps) =
-                replay::replay_fingerprints(model, &path, options.symmetry, clause).unwrap_or_else(
+                replay::replay_fingerprints(model, path, options.symmetry, clause).unwrap_or_else(
                     |e| {
                         panic!(
                             "checker bug: counterexample for {} did not replay: {e}",
@@ -619,6 +642,15 @@ where
             }
         })
         .collect()
+}
+
+/// What the search found, for picking counterexamples: where each state came from, the
+/// BFS order, each clause's first violation, and how many unique states there were.
+struct Explored<'a> {
+    visited: &'a Visited,
+    bfs_fps: &'a [u64],
+    first: &'a [Option<u64>],
+    unique_states: u64,
 }
 
 fn run_parallel(threads: usize, work: &(impl Fn() + Sync)) {
