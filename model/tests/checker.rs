@@ -5,7 +5,7 @@
 mod common;
 
 use common::{fix, regression};
-use kvcc_model::checker::{check, Checkable, Cutoff, Kind, Limits, Options, Verdict};
+use kvcc_model::checker::{check, Checkable, Choice, Cutoff, Kind, Limits, Options, Verdict};
 use kvcc_model::config::{
     Connector, EngineFault, FailedHandle, FinalStepPreemption, LoadReservation,
 };
@@ -801,4 +801,104 @@ fn issue16_replicas_on_either_side_of_an_announcing_output_rank_are_not_intercha
     assert!(first_break(&model, swap_replicas).is_some());
     assert!(!model.initial_state().symmetric());
     assert_eq!(first_break(&model, |s| s.representative()), None);
+}
+
+/// A chain of `rungs` states whose last, a dead end, leaves a request unfreed. Every
+/// `next_state` after the first `rungs` (the search's) takes two milliseconds: the walks
+/// that follow the search are slow.
+#[derive(Clone)]
+struct Ladder {
+    rungs: u32,
+    calls: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Model for Ladder {
+    type State = u32;
+    type Action = u32;
+
+    fn init_states(&self) -> Vec<u32> {
+        vec![0]
+    }
+
+    fn actions(&self, state: &u32, actions: &mut Vec<u32>) {
+        if *state < self.rungs {
+            actions.push(*state + 1);
+        }
+    }
+
+    fn next_state(&self, _: &u32, action: u32) -> Option<u32> {
+        let calls = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if calls >= self.rungs {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Some(action)
+    }
+}
+
+impl Checkable for Ladder {
+    fn canonical(&self, state: u32) -> u32 {
+        state
+    }
+    fn pack(&self, state: &u32, out: &mut Vec<u8>) {
+        out.extend(state.to_le_bytes());
+    }
+    fn unpack(&self, bytes: &[u8]) -> u32 {
+        u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+    }
+    fn progress(&self, state: &u32) -> u64 {
+        u64::from(*state)
+    }
+    fn is_optional(&self, _: &u32) -> bool {
+        false
+    }
+    fn clause_count(&self) -> usize {
+        1
+    }
+    fn clause_kind(&self, _: usize) -> Kind {
+        Kind::Liveness
+    }
+    fn clause_name(&self, _: usize) -> String {
+        "eventually-freed: ladder".into()
+    }
+    fn clause_holds(&self, _: usize, state: &u32) -> bool {
+        *state < self.rungs
+    }
+}
+
+/// Issue 16: the time limit bites after the search too. The search sees the whole graph
+/// in time, then looking for the cheapest counterexample and the point of no return walks
+/// it again; past the limit the report falls back to the BFS's first counterexample,
+/// says why, and names no point of no return. The twin without a limit walks both.
+#[test]
+fn issue16_the_walks_after_a_whole_search_stop_at_its_time_limit() {
+    let ladder = || Ladder {
+        rungs: 400,
+        calls: Default::default(),
+    };
+    let options = |timeout| Options {
+        symmetry: false,
+        limits: Limits {
+            timeout,
+            ..Limits::default()
+        },
+        ..Options::default()
+    };
+    let limited = check(&ladder(), &options(Some(Duration::from_millis(400))));
+    assert!(
+        matches!(limited.verdict, Verdict::Violated),
+        "{:?}",
+        limited.verdict
+    );
+    assert_eq!(limited.unique_states, 401);
+    let counterexample = &limited.counterexamples[0];
+    assert_eq!(counterexample.choice, Choice::ShortestLimited);
+    assert_eq!(counterexample.point_of_no_return, None);
+    assert_eq!(counterexample.steps.len(), 400);
+
+    let unlimited = check(&ladder(), &options(None));
+    let counterexample = &unlimited.counterexamples[0];
+    assert_eq!(counterexample.choice, Choice::Cheapest);
+    assert_eq!(counterexample.point_of_no_return, Some(0));
 }

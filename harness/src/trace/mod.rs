@@ -154,6 +154,9 @@ impl Trace {
             Choice::ShortestCut => {
                 "a shortest counterexample: the search was cut, so a cheaper one may lie beyond it"
             }
+            Choice::ShortestLimited => {
+                "a shortest counterexample: the time or memory limit ran out before the cheapest was found"
+            }
         };
         format!("{} ({why})", self.cost)
     }

@@ -22,6 +22,7 @@
 //! - counterexamples are replayed from the initial state through `next_state` and the
 //!   clause is re-checked on the final state before they are returned ([`replay`]).
 
+mod allowance;
 mod exact;
 mod fingerprint;
 mod no_return;
@@ -294,6 +295,9 @@ pub enum Choice {
     /// A shortest path, because the search was cut by a limit: the cheapest could lie
     /// beyond what was explored.
     ShortestCut,
+    /// A shortest path, because the time or memory limit ran out while the cheapest was
+    /// looked for, after a search that saw the whole graph.
+    ShortestLimited,
 }
 
 #[derive(Clone, Debug)]

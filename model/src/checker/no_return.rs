@@ -8,28 +8,26 @@
 //! forced action enabled, no safety clause broken), and, walking the edges backwards from
 //! those, every state that can still reach one. The walk repeats the search's, so it is
 //! only taken when the search saw the graph whole (a cut search's graph is larger than the
-//! limits the user set), it is no larger than [`STATES_MAX`], and it stops at the search's
-//! time limit: past any of these there is no answer rather than a limit that does not bite.
+//! limits the user set) and it is no larger than [`STATES_MAX`], and it stops at the
+//! search's time and memory limits: past any of these there is no answer rather than a
+//! limit that does not bite.
 
+use super::allowance::Allowance;
 use super::Checkable;
 use std::collections::HashMap;
-use std::time::Instant;
 
 /// Past this many states the answer is not computed (a trace does not wait for it).
 pub const STATES_MAX: usize = 300_000;
 
-/// States walked between two looks at the clock.
-const CLOCK_EVERY: usize = 1024;
-
 /// For each of `clauses` with its `path` (canonical fingerprints, initial first): the
 /// index (0 = the initial state) of the first state on the path from which the clause
-/// can no longer be kept. None for each when the walk passes `STATES_MAX` or `deadline`,
+/// can no longer be kept. None for each when the walk passes `STATES_MAX` or `allowance`,
 /// and for a clause some continuation could still keep from every state of its path.
 pub(super) fn points_of_no_return<M>(
     model: &M,
     symmetry: bool,
     clauses: &[(usize, &[u64])],
-    deadline: Option<Instant>,
+    allowance: &mut Allowance,
 ) -> Vec<Option<usize>>
 where
     M: Checkable,
@@ -53,9 +51,7 @@ where
     let mut actions = Vec::new();
     let mut next = 0;
     while next < packed.len() {
-        if packed.len() > STATES_MAX
-            || (next % CLOCK_EVERY == 0 && deadline.is_some_and(|d| Instant::now() >= d))
-        {
+        if packed.len() > STATES_MAX || allowance.spent().is_some() {
             return unknown;
         }
         let state = model.unpack(&packed[next]);

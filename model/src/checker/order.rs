@@ -14,6 +14,7 @@
 //! (such states are not expanded), a liveness clause where it is false and no action
 //! fairness forces is enabled (a run may end there).
 
+use super::allowance::{Allowance, Spent};
 use super::{Checkable, Kind};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -81,8 +82,14 @@ struct Node {
 /// For each clause in `clauses`, the fingerprints of its cheapest counterexample from the
 /// first initial state to the violating state ([`super::replay`] turns them into
 /// concrete steps, choosing the cheapest action between each two). A clause whose target
-/// is not reached gets None.
-pub(super) fn cheapest<M>(model: &M, symmetry: bool, clauses: &[usize]) -> Vec<Option<Vec<u64>>>
+/// is not reached gets None: on a graph the search saw whole, only when `allowance` ran
+/// out first (returned beside; the targets found by then are the cheapest).
+pub(super) fn cheapest<M>(
+    model: &M,
+    symmetry: bool,
+    clauses: &[usize],
+    allowance: &mut Allowance,
+) -> (Vec<Option<Vec<u64>>>, Option<Spent>)
 where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -94,7 +101,7 @@ where
     // (cost, node): equal costs pop in the order their nodes were created.
     let mut heap: BinaryHeap<Reverse<(Cost, usize)>> = BinaryHeap::new();
     let Some(initial) = model.init_states().into_iter().next() else {
-        return vec![None; clauses.len()];
+        return (vec![None; clauses.len()], None);
     };
     let mut packed = Vec::new();
     let fp = super::pack_canonical(model, initial, symmetry, &mut packed);
@@ -108,9 +115,14 @@ where
     });
     heap.push(Reverse((Cost::default(), 0)));
     let mut actions = Vec::new();
+    let mut spent = None;
     while let Some(Reverse((cost, node))) = heap.pop() {
         if nodes[node].settled || nodes[node].cost != cost {
             continue;
+        }
+        spent = allowance.spent();
+        if spent.is_some() {
+            break;
         }
         nodes[node].settled = true;
         let state = model.unpack(&nodes[node].packed);
@@ -158,7 +170,7 @@ where
             break;
         }
     }
-    found
+    let paths = found
         .into_iter()
         .map(|target| {
             target.map(|mut node| {
@@ -171,7 +183,8 @@ where
                 path
             })
         })
-        .collect()
+        .collect();
+    (paths, spent)
 }
 
 /// Records `node` as the target of every not yet found clause of `kind` that `state`

@@ -8,6 +8,7 @@
 //! threads or the fingerprint function. Arenas are recycled level to level, so after the
 //! widest level the search stops asking the kernel for fresh (zeroed) pages.
 
+use super::allowance::{self, Allowance, Spent};
 use super::exact::Exact;
 use super::visited::{self, Visited};
 use super::{
@@ -18,14 +19,10 @@ use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Frontier states per work item.
 const CHUNK: usize = 512;
-
-/// How often a worker reads the process's resident memory: a read costs a few
-/// microseconds, a chunk about a millisecond.
-const MEMORY_EVERY: Duration = Duration::from_millis(20);
 
 /// Why the workers were told to stop in the middle of a level; the first reason wins.
 /// What a cut level partly found depends on timing, so it is dropped whole: the
@@ -94,31 +91,17 @@ impl Budget<'_> {
         if self.stopper.reason() != Stop::Running {
             return true;
         }
-        if self
-            .limits
-            .timeout
-            .is_some_and(|t| self.start.elapsed() >= t)
-        {
-            self.stopper.stop(Stop::Time);
-            return true;
-        }
-        if let Some(max) = self.limits.max_memory {
-            if memory_read.is_none_or(|at| at.elapsed() >= MEMORY_EVERY) {
-                *memory_read = Some(Instant::now());
-                if resident_bytes().is_some_and(|b| b >= max) {
-                    self.stopper.stop(Stop::Memory);
-                    return true;
-                }
+        match allowance::spent(self.limits, self.start, memory_read) {
+            None => false,
+            Some(spent) => {
+                self.stopper.stop(match spent {
+                    Spent::Time => Stop::Time,
+                    Spent::Memory => Stop::Memory,
+                });
+                true
             }
         }
-        false
     }
-}
-
-/// The process's resident memory in bytes, where the kernel tells it.
-fn resident_bytes() -> Option<u64> {
-    let statm = procfs::process::Process::myself().ok()?.statm().ok()?;
-    Some(statm.resident * procfs::page_size())
 }
 
 /// Where a packed state lives: an arena of its level, and its bytes there.
@@ -313,8 +296,9 @@ where
         first: &folded.first,
         unique_states,
     };
-    let deadline = options.limits.timeout.map(|t| start + t);
-    let counterexamples = pick_counterexamples(model, options, &found, &folded.cutoff, deadline);
+    let mut allowance = Allowance::new(&options.limits, start);
+    let counterexamples =
+        pick_counterexamples(model, options, &found, &folded.cutoff, &mut allowance);
     let verdict = match (&counterexamples.is_empty(), &folded.cutoff) {
         (false, _) => Verdict::Violated,
         (true, Some(c)) => Verdict::Inconclusive(c.clone()),
@@ -560,14 +544,15 @@ impl Folded {
 }
 
 /// Each violated clause's reported counterexample, replayed: its cheapest ([`super::order`])
-/// when the graph was explored whole, else its first in BFS order. A liveness clause's
-/// point of no return is computed only on a whole graph, within the search's time limit.
+/// when the graph was explored whole and the time and memory limits allow, else its
+/// first in BFS order. A liveness clause's point of no return is computed only on a whole
+/// graph, within the same limits.
 fn pick_counterexamples<M>(
     model: &M,
     options: &Options,
     found: &Explored<'_>,
     cutoff: &Option<Cutoff>,
-    deadline: Option<Instant>,
+    allowance: &mut Allowance,
 ) -> Vec<Counterexample<M>>
 where
     M: Checkable,
@@ -578,45 +563,47 @@ where
     let violated: Vec<usize> = (0..first.len()).filter(|&c| first[c].is_some()).collect();
     // A possible cycle leaves the explored graph whole; any other cut does not.
     let whole = matches!(cutoff, None | Some(Cutoff::PossibleCycle { .. }));
-    let choice = match (options.shortest, whole) {
-        (true, _) => Choice::Shortest,
-        (false, true) => Choice::Cheapest,
-        (false, false) => Choice::ShortestCut,
-    };
-    let mut cheapest = if choice == Choice::Cheapest && !violated.is_empty() {
-        order::cheapest(model, options.symmetry, &violated)
+    let (mut cheapest, spent) = if whole && !options.shortest && !violated.is_empty() {
+        order::cheapest(model, options.symmetry, &violated, allowance)
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
-    let paths: Vec<Vec<u64>> = violated
+    let picked: Vec<(Vec<u64>, Choice)> = violated
         .iter()
         .enumerate()
-        .map(
-            |(i, &clause)| match cheapest.get_mut(i).and_then(Option::take) {
-                Some(path) => path,
-                None => replay::path_to(
-                    found.visited,
-                    found.bfs_fps,
-                    first[clause].expect("violated"),
+        .map(|(i, &clause)| {
+            if let Some(path) = cheapest.get_mut(i).and_then(Option::take) {
+                return (path, Choice::Cheapest);
+            }
+            let choice = match (options.shortest, whole, spent) {
+                (true, _, _) => Choice::Shortest,
+                (false, false, _) => Choice::ShortestCut,
+                (false, true, Some(_)) => Choice::ShortestLimited,
+                (false, true, None) => panic!(
+                    "checker bug: the cheapest walk missed {}, which the search found",
+                    model.clause_name(clause)
                 ),
-            },
-        )
+            };
+            let fp = first[clause].expect("violated");
+            (replay::path_to(found.visited, found.bfs_fps, fp), choice)
+        })
         .collect();
     let liveness: Vec<(usize, &[u64])> = violated
         .iter()
-        .zip(&paths)
+        .zip(&picked)
         .filter(|(&clause, _)| model.clause_kind(clause) == Kind::Liveness)
-        .map(|(&clause, path)| (clause, path.as_slice()))
+        .map(|(&clause, (path, _))| (clause, path.as_slice()))
         .collect();
-    let points = if whole && found.unique_states <= no_return::STATES_MAX as u64 {
-        no_return::points_of_no_return(model, options.symmetry, &liveness, deadline)
+    let points = if whole && spent.is_none() && found.unique_states <= no_return::STATES_MAX as u64
+    {
+        no_return::points_of_no_return(model, options.symmetry, &liveness, allowance)
     } else {
         vec![None; liveness.len()]
     };
     violated
         .iter()
-        .zip(&paths)
-        .map(|(&clause, path)| {
+        .zip(&picked)
+        .map(|(&clause, (path, choice))| {
             let point_of_no_return = liveness
                 .iter()
                 .position(|&(c, _)| c == clause)
@@ -635,7 +622,7 @@ where
                 name: model.clause_name(clause),
                 kind: model.clause_kind(clause),
                 cost: Cost::of(model, steps.iter().map(|(action, _)| action)),
-                choice,
+                choice: *choice,
                 point_of_no_return,
                 initial,
                 steps,
