@@ -463,58 +463,72 @@ fn a_limit_makes_the_run_inconclusive_never_a_pass() {
     );
 }
 
+/// `Checkable` for a toy model over `u32` states with one clause: each state is its own
+/// canonical form and progress measure, packed little-endian; no action is optional.
+macro_rules! toy_checkable {
+    ($model:ty, $kind:expr, $name:expr, |$this:ident, $state:ident| $holds:expr) => {
+        impl Checkable for $model {
+            fn canonical(&self, state: u32) -> u32 {
+                state
+            }
+            fn pack(&self, state: &u32, out: &mut Vec<u8>) {
+                out.extend(state.to_le_bytes());
+            }
+            fn unpack(&self, bytes: &[u8]) -> u32 {
+                u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+            }
+            fn progress(&self, state: &u32) -> u64 {
+                u64::from(*state)
+            }
+            fn is_optional(&self, _: &u32) -> bool {
+                false
+            }
+            fn clause_count(&self) -> usize {
+                1
+            }
+            fn clause_kind(&self, _: usize) -> Kind {
+                $kind
+            }
+            fn clause_name(&self, _: usize) -> String {
+                $name.into()
+            }
+            fn clause_holds(&self, _: usize, $state: &u32) -> bool {
+                let $this = self;
+                $holds
+            }
+        }
+    };
+}
+
 /// A broken twin for the acyclicity proof: a model whose graph has a cycle that keeps an
 /// obligation pending forever. Checking only dead ends would call it live.
 #[derive(Clone)]
 struct Spinner;
 
 impl Model for Spinner {
-    type State = u8;
-    type Action = u8;
+    type State = u32;
+    type Action = u32;
 
-    fn init_states(&self) -> Vec<u8> {
+    fn init_states(&self) -> Vec<u32> {
         vec![0]
     }
 
-    fn actions(&self, _: &u8, actions: &mut Vec<u8>) {
+    fn actions(&self, _: &u32, actions: &mut Vec<u32>) {
         actions.push(1);
     }
 
-    fn next_state(&self, state: &u8, _: u8) -> Option<u8> {
+    fn next_state(&self, state: &u32, _: u32) -> Option<u32> {
         // 0 -> 1 -> 2 -> 1 -> ...: the request is never freed and no state is a dead end.
         Some(if *state == 2 { 1 } else { state + 1 })
     }
 }
 
-impl Checkable for Spinner {
-    fn canonical(&self, state: u8) -> u8 {
-        state
-    }
-    fn pack(&self, state: &u8, out: &mut Vec<u8>) {
-        out.push(*state);
-    }
-    fn unpack(&self, bytes: &[u8]) -> u8 {
-        bytes[0]
-    }
-    fn progress(&self, state: &u8) -> u64 {
-        u64::from(*state)
-    }
-    fn is_optional(&self, _: &u8) -> bool {
-        false
-    }
-    fn clause_count(&self) -> usize {
-        1
-    }
-    fn clause_kind(&self, _: usize) -> Kind {
-        Kind::Liveness
-    }
-    fn clause_name(&self, _: usize) -> String {
-        "eventually-freed: spinner".into()
-    }
-    fn clause_holds(&self, _: usize, state: &u8) -> bool {
-        *state == 3
-    }
-}
+toy_checkable!(
+    Spinner,
+    Kind::Liveness,
+    "eventually-freed: spinner",
+    |_spinner, state| *state == 3
+);
 
 #[test]
 fn a_cycle_is_never_ignored() {
@@ -580,35 +594,7 @@ impl Model for Fan {
     }
 }
 
-impl Checkable for Fan {
-    fn canonical(&self, state: u32) -> u32 {
-        state
-    }
-    fn pack(&self, state: &u32, out: &mut Vec<u8>) {
-        out.extend(state.to_le_bytes());
-    }
-    fn unpack(&self, bytes: &[u8]) -> u32 {
-        u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
-    }
-    fn progress(&self, state: &u32) -> u64 {
-        u64::from(*state)
-    }
-    fn is_optional(&self, _: &u32) -> bool {
-        false
-    }
-    fn clause_count(&self) -> usize {
-        1
-    }
-    fn clause_kind(&self, _: usize) -> Kind {
-        Kind::Safety
-    }
-    fn clause_name(&self, _: usize) -> String {
-        "exactly-once: fan".into()
-    }
-    fn clause_holds(&self, _: usize, _: &u32) -> bool {
-        true
-    }
-}
+toy_checkable!(Fan, Kind::Safety, "exactly-once: fan", |_fan, _state| true);
 
 fn fan_options(threads: usize, limits: Limits) -> Options {
     Options {
@@ -837,35 +823,12 @@ impl Model for Ladder {
     }
 }
 
-impl Checkable for Ladder {
-    fn canonical(&self, state: u32) -> u32 {
-        state
-    }
-    fn pack(&self, state: &u32, out: &mut Vec<u8>) {
-        out.extend(state.to_le_bytes());
-    }
-    fn unpack(&self, bytes: &[u8]) -> u32 {
-        u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
-    }
-    fn progress(&self, state: &u32) -> u64 {
-        u64::from(*state)
-    }
-    fn is_optional(&self, _: &u32) -> bool {
-        false
-    }
-    fn clause_count(&self) -> usize {
-        1
-    }
-    fn clause_kind(&self, _: usize) -> Kind {
-        Kind::Liveness
-    }
-    fn clause_name(&self, _: usize) -> String {
-        "eventually-freed: ladder".into()
-    }
-    fn clause_holds(&self, _: usize, state: &u32) -> bool {
-        *state < self.rungs
-    }
-}
+toy_checkable!(
+    Ladder,
+    Kind::Liveness,
+    "eventually-freed: ladder",
+    |ladder, state| *state < ladder.rungs
+);
 
 /// Issue 16: the time limit bites after the search too. The search sees the whole graph
 /// in time, then looking for the cheapest counterexample and the point of no return walks
