@@ -433,6 +433,8 @@ pub struct Scheduler {
     /// What D's scheduler must find free before admitting a remote load
     /// (`decode.kv-blocks`).
     pub load_reservation: LoadReservation,
+    /// In what order D's scan takes the waiting requests (`decode.kv-blocks`).
+    pub scan_order: ScanOrder,
     /// Whether D admits a load behind a request skipped with no blocks
     /// (`consumer.async-lookup`).
     pub admission_behind_skipped: AdmissionBehindSkipped,
@@ -460,19 +462,41 @@ pub enum FinalStepPreemption {
     FinishesEmpty,
 }
 
-/// Admission behind a request that sits in `skipped_waiting` holding no blocks (its
-/// connector lookup had not answered). When that request's turn comes and the pool
-/// cannot take it, the scan breaks at it; a load admitted behind it then never reaches
-/// its promotion, holds its blocks, and nothing runs (vLLM issue #45388's comments,
-/// PRs #45406, #54348, #57841).
+/// The order of D's scan over its waiting requests (vllm/v1/core/sched/scheduler.py,
+/// `schedule`). The scan breaks at the first request it cannot allocate for, so a request
+/// holding blocks must not sit behind one that holds none: that one's failed allocation
+/// would leave the holder, and its blocks, where no scan reaches (vLLM issue #45388's
+/// later comments; PR #57841 states the rule).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScanOrder {
+    /// Requests holding blocks first (`kv_holding_waiting`, always drained before
+    /// `waiting`), then the rest in arrival order; a request skipped with no blocks goes
+    /// back to `waiting`: current vLLM (0.31 to 0.34). vLLM keeps the holders in the
+    /// order their loads started, kvcc in arrival order: under the full-sequence
+    /// reservation a loaded holder always finds its block, so their order never stops
+    /// the scan.
+    #[default]
+    HoldersFirst,
+    /// Requests skipped earlier first (`skipped_waiting`, drained before `waiting`), in
+    /// arrival order, whether they hold blocks or not: vLLM up to 0.30.
+    Arrival,
+}
+
+/// Admission behind a request skipped holding no blocks (its connector lookup had not
+/// answered). Under the `arrival` scan order, when that request's turn comes and the
+/// pool cannot take it, the scan breaks at it; a load admitted behind it then never
+/// reaches its promotion, holds its blocks, and nothing runs (vLLM issue #45388's
+/// comments, PRs #45406, #54348, #57841).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AdmissionBehindSkipped {
-    /// Loads are admitted behind it: current vLLM.
+    /// Loads are admitted behind it: vLLM, which keeps holders ahead by its scan order
+    /// instead (`scheduler.scan-order`).
     #[default]
     Allowed,
     /// No load is admitted behind it until it is admitted itself, so a request holding
-    /// blocks is never behind one holding none (vLLM PR #57841, FCFS).
+    /// blocks is never behind one holding none (vLLM PR #57841's proposal, FCFS).
     Refused,
 }
 
@@ -536,6 +560,7 @@ impl Default for Scheduler {
             decode_stepping: None,
             failed_step: FailedStep::FailStop,
             load_reservation: LoadReservation::FullSequence,
+            scan_order: ScanOrder::HoldersFirst,
             admission_behind_skipped: AdmissionBehindSkipped::Allowed,
             final_step_preemption: FinalStepPreemption::DropsStaleOutput,
         }
@@ -866,6 +891,10 @@ impl Config {
                         self.scheduler.load_reservation != LoadReservation::FullSequence,
                     ),
                     (
+                        "scheduler.scan-order",
+                        self.scheduler.scan_order != ScanOrder::HoldersFirst,
+                    ),
+                    (
                         "scheduler.admission-behind-skipped",
                         self.scheduler.admission_behind_skipped != AdmissionBehindSkipped::Allowed,
                     ),
@@ -988,6 +1017,9 @@ pub(crate) mod tests {
             "scheduler.admission-behind-skipped"
         );
         c.scheduler.admission_behind_skipped = AdmissionBehindSkipped::Allowed;
+        c.scheduler.scan_order = ScanOrder::Arrival;
+        assert_eq!(c.validate().unwrap_err().field, "scheduler.scan-order");
+        c.scheduler.scan_order = ScanOrder::HoldersFirst;
         c.consumer.async_lookup = true;
         assert_eq!(c.validate().unwrap_err().field, "consumer.async-lookup");
         c.decode.kv_blocks = Some(3);

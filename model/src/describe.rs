@@ -508,7 +508,9 @@ pub fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
         DecodePhase::Loaded => "KV loaded, WAITING for the block to run (prefix block held)",
         DecodePhase::Done => "finished, blocks returned",
         DecodePhase::Deferred => "skipped, no blocks: its lookup has not answered",
-        DecodePhase::LookedUp => "skipped, no blocks: lookup answered, to be admitted in place",
+        DecodePhase::LookedUp => {
+            "skipped, no blocks: lookup answered, to be admitted where it stands"
+        }
     };
     if prefix_hit {
         format!("{text} (full prefix hit)")

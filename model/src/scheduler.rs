@@ -8,7 +8,7 @@
 
 use crate::config::{
     AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, FinalStepPreemption,
-    LoadReservation, Stepping,
+    LoadReservation, ScanOrder, Stepping,
 };
 use crate::state::{
     DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
@@ -72,8 +72,9 @@ pub struct ScanStop {
     pub free: u8,
 }
 
-/// The waiting-queue scan at the start of a D step, with a finite pool. Requests already
-/// admitted or skipped come first, in arrival order, then the waiting queue: a loading
+/// The waiting-queue scan at the start of a D step, with a finite pool. Requests come in
+/// `scheduler.scan-order`: those holding blocks first (current vLLM), or those admitted
+/// or skipped before (vLLM up to 0.30), each group in arrival order. A loading
 /// request is passed over, as is one whose connector lookup has not answered (with
 /// `consumer.async-lookup` the first scan to reach a request asks, and is told None); a
 /// loaded one is promoted if one more block is free; one to admit is admitted if the
@@ -87,9 +88,14 @@ pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
         .collect();
     order.sort_by_key(|&r| {
         let q = &state.requests[usize::from(r)];
-        (q.decode == DecodePhase::Queued, q.arrival)
+        let behind = match config.scheduler.scan_order {
+            ScanOrder::HoldersFirst => q.decode.blocks() == 0,
+            ScanOrder::Arrival => q.decode == DecodePhase::Queued,
+        };
+        (behind, q.arrival)
     });
-    // A request skipped with no blocks is ahead of the rest of the scan.
+    // A request skipped with no blocks is ahead of the rest of the scan (under
+    // holders-first, of the rest of the requests without blocks).
     let mut blockless_ahead = false;
     for r in order {
         let free = state.decode_blocks_free().expect("a finite pool");
@@ -421,6 +427,47 @@ mod tests {
                 phases(&state),
                 [DecodePhase::Deferred, admitted],
                 "{rule:?}"
+            );
+        }
+    }
+
+    /// A loaded request behind one skipped without blocks: scanned in arrival order the
+    /// blockless one's admission fails first and the holder is never promoted; holders
+    /// first, it runs and the scan stops at the blockless one after it.
+    #[test]
+    fn holders_are_scanned_before_requests_without_blocks() {
+        for (order, stop, promoted) in [
+            (ScanOrder::Arrival, (3, 2), DecodePhase::Loaded),
+            (ScanOrder::HoldersFirst, (2, 1), DecodePhase::Running),
+        ] {
+            let mut config = base();
+            config.requests = 2;
+            config.connector = Connector::MultiOffload;
+            config.decode.kv_blocks = Some(3);
+            config.consumer.async_lookup = true;
+            config.scheduler.scan_order = order;
+            let model = ContractModel::new(config);
+            let mut state = model.initial_state();
+            for (request, q) in state.requests.iter_mut().enumerate() {
+                q.prefill = crate::state::PrefillPhase::DelayFreed;
+                q.arrival = request as u8;
+            }
+            state.requests[0].decode = DecodePhase::LookedUp;
+            state.requests[1].decode = DecodePhase::Loaded;
+            let (need, free) = stop;
+            assert_eq!(
+                schedule_decode(&model.config, &mut state),
+                Some(ScanStop {
+                    request: 0,
+                    need,
+                    free
+                }),
+                "{order:?}"
+            );
+            assert_eq!(
+                phases(&state),
+                [DecodePhase::LookedUp, promoted],
+                "{order:?}"
             );
         }
     }

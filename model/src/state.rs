@@ -70,10 +70,12 @@ pub enum DecodePhase {
     /// the blocks matter).
     Done,
     /// Skipped with no blocks: its connector's lookup had not answered when the scan
-    /// reached it (`get_num_new_matched_tokens` returned None), so it waits in
-    /// `skipped_waiting`, in its place, for the lookup (`consumer.async-lookup`).
+    /// reached it (`get_num_new_matched_tokens` returned None), so it waits, in its place
+    /// by arrival, for the lookup (`consumer.async-lookup`): in `waiting`, behind every
+    /// request holding blocks (current vLLM), or in `skipped_waiting` ahead of them (up to
+    /// 0.30; `scheduler.scan-order`).
     Deferred,
-    /// Still in `skipped_waiting` with no blocks, its lookup answered: the next scan tries
+    /// Still skipped with no blocks, its lookup answered: the next scan to reach it tries
     /// to admit it where it stands.
     LookedUp,
 }

@@ -7,7 +7,7 @@ mod common;
 use common::{fix, regression};
 use kvcc_model::checker::{check, Checkable, Choice, Cutoff, Kind, Limits, Options, Verdict};
 use kvcc_model::config::{
-    Connector, EngineFault, FailedHandle, FinalStepPreemption, LoadReservation,
+    Connector, EngineFault, FailedHandle, FinalStepPreemption, LoadReservation, ScanOrder,
 };
 use kvcc_model::{Config, ContractModel};
 use stateright::{Checker, Model};
@@ -76,6 +76,9 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     skipped.connector = Connector::MultiOffload;
     skipped.decode.kv_blocks = Some(3);
     skipped.consumer.async_lookup = true;
+    // The same scanned in arrival order (vLLM up to 0.30): holders behind it.
+    let mut skipped_arrival = skipped.clone();
+    skipped_arrival.scheduler.scan_order = ScanOrder::Arrival;
     // A preemption in a final step, its stale output finishing the request empty.
     let mut final_step = fix(2, 1);
     final_step.requests = 2;
@@ -97,6 +100,7 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
         ("D block pool", pool),
         ("D block pool, prefix-only", pool_prefix_only),
         ("D skipped without blocks", skipped),
+        ("D skipped without blocks, arrival order", skipped_arrival),
         ("P preempted in a final step", final_step),
         ("fix tp2, two requests", groups_two_requests),
     ]

@@ -346,6 +346,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "scheduler",
+        "scan-order",
+        &["\"holders-first\"", "\"arrival\""],
+    ),
+    (
+        "scheduler",
         "admission-behind-skipped",
         &["\"allowed\"", "\"refused\""],
     ),
