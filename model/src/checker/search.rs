@@ -594,8 +594,11 @@ where
         .filter(|(&clause, _)| model.clause_kind(clause) == Kind::Liveness)
         .map(|(&clause, (path, _))| (clause, path.as_slice()))
         .collect();
-    let points = if whole && spent.is_none() && found.unique_states <= no_return::STATES_MAX as u64
-    {
+    let walk = !liveness.is_empty()
+        && whole
+        && spent.is_none()
+        && found.unique_states <= no_return::STATES_MAX as u64;
+    let points = if walk {
         no_return::points_of_no_return(model, options.symmetry, &liveness, allowance)
     } else {
         vec![None; liveness.len()]
