@@ -400,27 +400,39 @@ mod tests {
         );
     }
 
+    /// Two requests at D in `phases`, req0 arrived first, on a pool of three blocks with
+    /// asynchronous lookups, under the scheduler `rule` sets.
+    fn two_at_d(
+        phases: [DecodePhase; 2],
+        rule: impl FnOnce(&mut crate::config::Scheduler),
+    ) -> (ContractModel, State) {
+        let mut config = base();
+        config.requests = 2;
+        config.connector = Connector::MultiOffload;
+        config.decode.kv_blocks = Some(3);
+        config.consumer.async_lookup = true;
+        rule(&mut config.scheduler);
+        let model = ContractModel::new(config);
+        let mut state = model.initial_state();
+        for (request, (q, phase)) in state.requests.iter_mut().zip(phases).enumerate() {
+            q.prefill = crate::state::PrefillPhase::DelayFreed;
+            q.arrival = request as u8;
+            q.decode = phase;
+        }
+        (model, state)
+    }
+
     #[test]
     fn no_load_is_admitted_behind_a_request_skipped_without_blocks_once_refused() {
         for (rule, admitted) in [
             (AdmissionBehindSkipped::Allowed, DecodePhase::Loading),
             (AdmissionBehindSkipped::Refused, DecodePhase::LookedUp),
         ] {
-            let mut config = base();
-            config.requests = 2;
-            config.connector = Connector::MultiOffload;
-            config.decode.kv_blocks = Some(3);
-            config.consumer.async_lookup = true;
-            config.scheduler.admission_behind_skipped = rule;
-            let model = ContractModel::new(config);
-            let mut state = model.initial_state();
-            for (request, q) in state.requests.iter_mut().enumerate() {
-                q.prefill = crate::state::PrefillPhase::DelayFreed;
-                q.arrival = request as u8;
-            }
             // req0's lookup has not answered; req1's, behind it, has.
-            state.requests[0].decode = DecodePhase::Deferred;
-            state.requests[1].decode = DecodePhase::LookedUp;
+            let (model, mut state) = two_at_d(
+                [DecodePhase::Deferred, DecodePhase::LookedUp],
+                |scheduler| scheduler.admission_behind_skipped = rule,
+            );
             let stop = schedule_decode(&model.config, &mut state);
             assert_eq!(stop, None, "{rule:?}");
             assert_eq!(
@@ -440,20 +452,10 @@ mod tests {
             (ScanOrder::Arrival, (3, 2), DecodePhase::Loaded),
             (ScanOrder::HoldersFirst, (2, 1), DecodePhase::Running),
         ] {
-            let mut config = base();
-            config.requests = 2;
-            config.connector = Connector::MultiOffload;
-            config.decode.kv_blocks = Some(3);
-            config.consumer.async_lookup = true;
-            config.scheduler.scan_order = order;
-            let model = ContractModel::new(config);
-            let mut state = model.initial_state();
-            for (request, q) in state.requests.iter_mut().enumerate() {
-                q.prefill = crate::state::PrefillPhase::DelayFreed;
-                q.arrival = request as u8;
-            }
-            state.requests[0].decode = DecodePhase::LookedUp;
-            state.requests[1].decode = DecodePhase::Loaded;
+            let (model, mut state) =
+                two_at_d([DecodePhase::LookedUp, DecodePhase::Loaded], |scheduler| {
+                    scheduler.scan_order = order
+                });
             let (need, free) = stop;
             assert_eq!(
                 schedule_decode(&model.config, &mut state),
