@@ -290,7 +290,7 @@ where
     };
     drop(frontier);
     drop(level);
-    let found = Explored {
+    let explored = Explored {
         visited: &visited,
         bfs_fps: &folded.bfs_fps,
         first: &folded.first,
@@ -298,7 +298,7 @@ where
     };
     let mut allowance = Allowance::new(&options.limits, start);
     let counterexamples =
-        pick_counterexamples(model, options, &found, &folded.cutoff, &mut allowance);
+        pick_counterexamples(model, options, &explored, &folded.cutoff, &mut allowance);
     let verdict = match (&counterexamples.is_empty(), &folded.cutoff) {
         (false, _) => Verdict::Violated,
         (true, Some(c)) => Verdict::Inconclusive(c.clone()),
@@ -550,7 +550,7 @@ impl Folded {
 fn pick_counterexamples<M>(
     model: &M,
     options: &Options,
-    found: &Explored<'_>,
+    explored: &Explored<'_>,
     cutoff: &Option<Cutoff>,
     allowance: &mut Allowance,
 ) -> Vec<Counterexample<M>>
@@ -559,7 +559,7 @@ where
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
-    let first = found.first;
+    let first = explored.first;
     let violated: Vec<usize> = (0..first.len()).filter(|&c| first[c].is_some()).collect();
     // A possible cycle leaves the explored graph whole; any other cut does not.
     let whole = matches!(cutoff, None | Some(Cutoff::PossibleCycle { .. }));
@@ -585,7 +585,10 @@ where
                 ),
             };
             let fp = first[clause].expect("violated");
-            (replay::path_to(found.visited, found.bfs_fps, fp), choice)
+            (
+                replay::path_to(explored.visited, explored.bfs_fps, fp),
+                choice,
+            )
         })
         .collect();
     let liveness: Vec<(usize, &[u64])> = violated
@@ -597,7 +600,7 @@ where
     let walk = !liveness.is_empty()
         && whole
         && spent.is_none()
-        && found.unique_states <= no_return::STATES_MAX as u64;
+        && explored.unique_states <= no_return::STATES_MAX as u64;
     let points = if walk {
         no_return::points_of_no_return(model, options.symmetry, &liveness, allowance)
     } else {
