@@ -414,8 +414,9 @@ pub enum FailedLoad {
     Unreported,
 }
 
-/// Scheduler behaviour (v1/core/sched/scheduler.py).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Scheduler behaviour (v1/core/sched/scheduler.py); each knob defaults to its enum's
+/// `#[default]`, current vLLM.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Scheduler {
     pub abort_finished: AbortFinished,
@@ -550,45 +551,31 @@ impl Scheduler {
     }
 }
 
-impl Default for Scheduler {
-    fn default() -> Self {
-        Scheduler {
-            abort_finished: AbortFinished::Ignore,
-            abort_loading: AbortLoading::DelayFree,
-            stepping: Stepping::KeepStepping,
-            prefill_stepping: None,
-            decode_stepping: None,
-            failed_step: FailedStep::FailStop,
-            load_reservation: LoadReservation::FullSequence,
-            scan_order: ScanOrder::HoldersFirst,
-            admission_behind_skipped: AdmissionBehindSkipped::Allowed,
-            final_step_preemption: FinalStepPreemption::DropsStaleOutput,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AbortFinished {
     /// Aborting a delay-freed request is a no-op: its blocks wait for the connector.
+    #[default]
     Ignore,
     /// Aborting a delay-freed request frees its blocks at once.
     Free,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AbortLoading {
     /// An aborted loader keeps its blocks until its `finished_recving` arrives.
+    #[default]
     DelayFree,
     /// An aborted loader's blocks are freed at once.
     FreeAtOnce,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stepping {
     /// The engine keeps stepping while it holds delay-freed or waiting requests.
+    #[default]
     KeepStepping,
     /// The engine steps only while it has requests to run.
     Idle,
@@ -888,15 +875,16 @@ impl Config {
                 let pool_only = [
                     (
                         "scheduler.load-reservation",
-                        self.scheduler.load_reservation != LoadReservation::FullSequence,
+                        self.scheduler.load_reservation != LoadReservation::default(),
                     ),
                     (
                         "scheduler.scan-order",
-                        self.scheduler.scan_order != ScanOrder::HoldersFirst,
+                        self.scheduler.scan_order != ScanOrder::default(),
                     ),
                     (
                         "scheduler.admission-behind-skipped",
-                        self.scheduler.admission_behind_skipped != AdmissionBehindSkipped::Allowed,
+                        self.scheduler.admission_behind_skipped
+                            != AdmissionBehindSkipped::default(),
                     ),
                     ("consumer.async-lookup", self.consumer.async_lookup),
                 ];
