@@ -10,9 +10,8 @@
 //! holds the old one any more.
 
 use kvcc_aggregator::Step;
-use kvcc_model::checker::FingerprintHasher;
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasher, BuildHasherDefault};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -22,9 +21,9 @@ pub type IdNum = u64;
 const SHARD_BITS: u32 = 5;
 const SHARDS: usize = 1 << SHARD_BITS;
 
-/// Request-id tables hash with the checker's word-at-a-time hasher: a byte-at-a-time
-/// hash was most of interning's cost.
-pub type WordHashBuild = BuildHasherDefault<FingerprintHasher>;
+/// Request-id tables hash with foldhash, word at a time with a fixed seed: a byte-at-a-time
+/// hash was most of interning's cost, and a fixed seed keeps shard choice the same run to run.
+pub type WordHashBuild = foldhash::fast::FixedState;
 
 struct Slot {
     id: IdNum,

@@ -162,6 +162,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         progress: settings.progress.clone(),
         shortest: settings.shortest,
         exact: settings.exact,
+        ..Options::default()
     };
     // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
     // exit 2 naming the check, after every worker has stopped.

@@ -388,8 +388,40 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
 /// MultiConnector, ...); a combination the loader refuses has the knob it names set back
 /// to its first value, the default, until the spec loads, so that most random specs reach
 /// the model (`random_specs_mostly_reach_the_model`) and the loader stays the one judge.
-fn random_spec() -> impl Strategy<Value = String> {
-    let picks: Vec<_> = KNOBS.iter().map(|(_, _, values)| 0..values.len()).collect();
+pub(crate) fn random_spec() -> impl Strategy<Value = String> {
+    random_spec_of(usize::MAX)
+}
+
+/// Knobs that multiply the state space: requests and ranks.
+const SIZE_KNOBS: &[(&str, &str)] = &[
+    ("", "requests"),
+    ("prefill", "tp"),
+    ("prefill", "pcp"),
+    ("prefill", "dcp"),
+    ("decode", "tp"),
+];
+
+/// A random spec as [`random_spec`] draws, with at most two requests and two ranks per
+/// parallel dimension: small enough that most are explored whole in milliseconds, for
+/// checks that compare whole explorations.
+pub(crate) fn small_random_spec() -> impl Strategy<Value = String> {
+    random_spec_of(2)
+}
+
+/// A random spec whose size knobs take one of their first `size_values` values (they are
+/// listed smallest first).
+fn random_spec_of(size_values: usize) -> impl Strategy<Value = String> {
+    let picks: Vec<_> = KNOBS
+        .iter()
+        .map(|&(section, key, values)| {
+            let size = SIZE_KNOBS.contains(&(section, key));
+            0..if size {
+                values.len().min(size_values)
+            } else {
+                values.len()
+            }
+        })
+        .collect();
     picks.prop_map(|mut picks| {
         for _ in 0..KNOBS.len() {
             let text = spec_text(&picks);

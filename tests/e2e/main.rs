@@ -12,6 +12,7 @@ mod conform_recorder;
 mod conform_throughput;
 mod errors;
 mod explore;
+mod fingerprints;
 mod fuzz;
 mod golden;
 mod hostile;

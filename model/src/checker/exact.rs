@@ -3,8 +3,10 @@
 //! The search identifies a state by the fingerprint of its packed bytes. Two different
 //! states with one fingerprint would make the second look visited: its successors might
 //! never be explored, and a violation behind them would be missed — a *holds* could be
-//! wrong. With n unique states and a uniform 64-bit hash the chance of any collision is
-//! about n² / 2^65 ([`collision_probability`]), reported with every verdict. An exact run
+//! wrong. The hash is xxh3-64, which behaves as a uniform 64-bit hash on the model's
+//! encodings (`tests/e2e/fingerprints.rs` measures it), so the chance of any collision
+//! is about n² / 2^65 for n unique states ([`collision_probability`]), reported with
+//! every verdict. An exact run
 //! also keeps every state's full packed bytes, keyed by fingerprint, and compares them
 //! whenever a fingerprint is met again: a collision then ends the check as inconclusive
 //! instead of passing unseen, so an exact *holds* carries no probability at all.

@@ -13,7 +13,7 @@
 //! limit that does not bite.
 
 use super::allowance::Allowance;
-use super::Checkable;
+use super::{Checkable, Naming};
 use std::collections::HashMap;
 
 /// Past this many states the answer is not computed (a trace does not wait for it).
@@ -25,7 +25,7 @@ pub const STATES_MAX: usize = 300_000;
 /// and for a clause some continuation could still keep from every state of its path.
 pub(super) fn points_of_no_return<M>(
     model: &M,
-    symmetry: bool,
+    naming: Naming,
     clauses: &[(usize, &[u64])],
     allowance: &mut Allowance,
 ) -> Vec<Option<usize>>
@@ -44,7 +44,7 @@ where
     // good[c][s]: a run may end at state s with clause c kept.
     let mut good: Vec<Vec<bool>> = vec![Vec::new(); clauses.len()];
     let mut bytes = Vec::new();
-    let fp = super::pack_canonical(model, initial, symmetry, &mut bytes);
+    let fp = naming.pack(model, initial, &mut bytes);
     index.insert(fp, 0);
     packed.push(bytes);
     reverse.push(Vec::new());
@@ -70,7 +70,7 @@ where
                 };
                 forced |= !model.is_optional(action);
                 let mut bytes = Vec::new();
-                let fp = super::pack_canonical(model, successor, symmetry, &mut bytes);
+                let fp = naming.pack(model, successor, &mut bytes);
                 let to = *index.entry(fp).or_insert_with(|| {
                     packed.push(bytes);
                     reverse.push(Vec::new());

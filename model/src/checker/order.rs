@@ -15,7 +15,7 @@
 //! fairness forces is enabled (a run may end there).
 
 use super::allowance::{Allowance, Spent};
-use super::{Checkable, Kind};
+use super::{Checkable, Kind, Naming};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
@@ -86,7 +86,7 @@ struct Node {
 /// out first (returned beside; the targets found by then are the cheapest).
 pub(super) fn cheapest<M>(
     model: &M,
-    symmetry: bool,
+    naming: Naming,
     clauses: &[usize],
     allowance: &mut Allowance,
 ) -> (Vec<Option<Vec<u64>>>, Option<Spent>)
@@ -104,7 +104,7 @@ where
         return (vec![None; clauses.len()], None);
     };
     let mut packed = Vec::new();
-    let fp = super::pack_canonical(model, initial, symmetry, &mut packed);
+    let fp = naming.pack(model, initial, &mut packed);
     by_fp.insert(fp, 0);
     nodes.push(Node {
         cost: Cost::default(),
@@ -143,7 +143,7 @@ where
                 forced |= !model.is_optional(action);
                 let next_cost = cost.then(model, action);
                 let mut bytes = Vec::new();
-                let fp = super::pack_canonical(model, next, symmetry, &mut bytes);
+                let fp = naming.pack(model, next, &mut bytes);
                 let index = *by_fp.entry(fp).or_insert_with(|| {
                     nodes.push(Node {
                         cost: next_cost,

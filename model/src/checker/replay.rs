@@ -2,7 +2,7 @@
 //! re-executing a recorded action sequence (`kvcc replay`).
 
 use super::visited::{self, Visited};
-use super::{Checkable, Kind};
+use super::{Checkable, Kind, Naming};
 use std::fmt;
 
 /// Why a path does not reproduce.
@@ -69,7 +69,7 @@ type Replayed<M> = (
 pub(super) fn replay_fingerprints<M>(
     model: &M,
     path: &[u64],
-    symmetry: bool,
+    naming: Naming,
     clause: usize,
 ) -> Result<Replayed<M>, ReplayError>
 where
@@ -78,8 +78,7 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let mut buffer = Vec::new();
-    let mut canonical_fp =
-        |s: &M::State| super::state_fingerprint(model, s.clone(), symmetry, &mut buffer);
+    let mut canonical_fp = |s: &M::State| naming.fingerprint(model, s.clone(), &mut buffer);
     let initial = model
         .init_states()
         .into_iter()

@@ -12,8 +12,8 @@ use super::allowance::{self, Allowance, Spent};
 use super::exact::Exact;
 use super::visited::{self, Visited};
 use super::{
-    no_return, order, replay, Checkable, Choice, Cost, Counterexample, Cutoff, Kind, Options,
-    Report, Verdict,
+    no_return, order, replay, Checkable, Choice, Cost, Counterexample, Cutoff, Kind, Naming,
+    Options, Report, Verdict,
 };
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -226,7 +226,7 @@ where
     let start = Instant::now();
     let threads = options.threads.max(1);
     let visited = Visited::new();
-    let mut frontier = initial_level(model, options.symmetry, &visited);
+    let mut frontier = initial_level(model, options.naming(), &visited);
     let stopper = Stopper::new();
     let exact = options.exact.then(Exact::new);
     if let Some(exact) = &exact {
@@ -317,7 +317,7 @@ where
 }
 
 /// The initial states, packed and visited: level 0.
-fn initial_level<M>(model: &M, symmetry: bool, visited: &Visited) -> Level
+fn initial_level<M>(model: &M, naming: Naming, visited: &Visited) -> Level
 where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -330,7 +330,7 @@ where
     for init in model.init_states() {
         let arena = &mut level.arenas[0];
         let begin = arena.len();
-        let fp = super::pack_canonical(model, init, symmetry, arena);
+        let fp = naming.pack(model, init, arena);
         if visited.visit(fp, visited::ROOT) {
             level.fps.push(fp);
             level.locs.push(Loc {
@@ -442,7 +442,7 @@ where
                 let before = worker.found.len();
                 expand_state(
                     self.model,
-                    self.options.symmetry,
+                    self.options.naming(),
                     self.visited,
                     frontier,
                     base,
@@ -564,7 +564,7 @@ where
     // A possible cycle leaves the explored graph whole; any other cut does not.
     let whole = matches!(cutoff, None | Some(Cutoff::PossibleCycle { .. }));
     let (mut cheapest, spent) = if whole && !options.shortest && !violated.is_empty() {
-        order::cheapest(model, options.symmetry, &violated, allowance)
+        order::cheapest(model, options.naming(), &violated, allowance)
     } else {
         (Vec::new(), None)
     };
@@ -602,7 +602,7 @@ where
         && spent.is_none()
         && explored.unique_states <= no_return::STATES_MAX as u64;
     let points = if walk {
-        no_return::points_of_no_return(model, options.symmetry, &liveness, allowance)
+        no_return::points_of_no_return(model, options.naming(), &liveness, allowance)
     } else {
         vec![None; liveness.len()]
     };
@@ -615,7 +615,7 @@ where
                 .position(|&(c, _)| c == clause)
                 .and_then(|i| points[i]);
             let (initial, steps) =
-                replay::replay_fingerprints(model, path, options.symmetry, clause).unwrap_or_else(
+                replay::replay_fingerprints(model, path, options.naming(), clause).unwrap_or_else(
                     |e| {
                         panic!(
                             "checker bug: counterexample for {} did not replay: {e}",
@@ -683,7 +683,7 @@ impl<A> Scratch<A> {
 #[allow(clippy::too_many_arguments)]
 fn expand_state<M>(
     model: &M,
-    symmetry: bool,
+    naming: Naming,
     visited: &Visited,
     frontier: &Level,
     base: u64,
@@ -741,7 +741,7 @@ fn expand_state<M>(
             worker.no_progress = Some((index, model.format_action(&action)));
         }
         let begin = arena.len();
-        let fp = super::pack_canonical(model, next, symmetry, arena);
+        let fp = naming.pack(model, next, arena);
         // An exact search compares every match in full, so it skips the cache of
         // fingerprints alone.
         if budget.exact.is_none() && worker.recent.seen(fp) {
