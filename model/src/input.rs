@@ -85,11 +85,18 @@ impl std::error::Error for InputError {}
 
 /// Opens `path` for reading if it is a regular file; `what` names it in errors ("spec").
 /// The check is made on the opened file, so a path swapped after the check cannot slip
-/// a device in.
+/// a device in. The open itself does not wait: opening a FIFO for reading blocks until
+/// a writer comes, before any check could run, so it is opened non-blocking (which
+/// changes nothing for a regular file's reads).
 pub fn open_regular(path: &Path, what: &str) -> Result<File, InputError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = path.display().to_string();
     let fail = |message: String| InputError::file(&name, message);
-    let file = File::open(path).map_err(|e| fail(format!("cannot read {what}: {e}")))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| fail(format!("cannot read {what}: {e}")))?;
     let meta = file
         .metadata()
         .map_err(|e| fail(format!("cannot read {what}: {e}")))?;
@@ -148,6 +155,19 @@ mod tests {
             let error = read_text(Path::new(path), "spec").unwrap_err();
             assert!(error.message.starts_with("cannot read spec: "), "{error}");
         }
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("spec.toml");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let error = read_text(&fifo, "spec").unwrap_err();
+        assert!(error.message.contains("not a regular file"), "{error}");
     }
 
     #[test]

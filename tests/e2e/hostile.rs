@@ -248,3 +248,58 @@ fn issue16_limits_bite_inside_a_state_that_explodes() {
         assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
     }
 }
+
+/// Makes a FIFO at `path`: opening it for reading blocks until a writer comes.
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Issue 23: every reader of a file the user names refuses a FIFO at once. The open
+/// itself used to block, before the regular-file check could run, so each of these hung.
+#[test]
+fn issue23_a_fifo_is_refused_at_once_by_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("named.toml");
+    mkfifo(&fifo);
+    let fifo = fifo.to_str().unwrap();
+    let not_regular = "not a regular file";
+    refused_quickly(&["check", fifo], not_regular);
+    refused_quickly(&["replay", fifo], not_regular);
+
+    // An entry of a spec directory.
+    let specs = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join(fixture("seed-59325.toml")),
+        specs.path().join("a.toml"),
+    )
+    .unwrap();
+    mkfifo(&specs.path().join("b.toml"));
+    refused_quickly(&["check", specs.path().to_str().unwrap()], not_regular);
+
+    // A trace's `#meta.source`, beside the trace.
+    let traces = tempfile::tempdir().unwrap();
+    mkfifo(&traces.path().join("source.toml"));
+    let trace = trace_naming(traces.path(), "source.toml");
+    refused_quickly(&["replay", &trace], not_regular);
+
+    // A file of a recorded run.
+    let fixture_run = root().join("tests/fixtures/runs/strict-duplicate");
+    for replaced in ["header.json", "rank-1.jsonl", "scheduler.jsonl"] {
+        let run_dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(&fixture_run).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, run_dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+        let target = run_dir.path().join(replaced);
+        std::fs::remove_file(&target).unwrap();
+        mkfifo(&target);
+        refused_quickly(&["conform", run_dir.path().to_str().unwrap()], not_regular);
+    }
+
+    // A shard file.
+    refused_quickly(&["merge", fifo], not_regular);
+}

@@ -52,7 +52,8 @@ fn source_line(error: &InputError) -> Option<String> {
         return None;
     }
     let (line, _) = error.at?;
-    let text = std::fs::read_to_string(error.file.as_ref()?).ok()?;
+    // Through the one bounded reader: the file may be the FIFO or device the error is about.
+    let text = kvcc_model::input::read_text(std::path::Path::new(error.file.as_ref()?), "").ok()?;
     text.lines().nth(line.checked_sub(1)?).map(str::to_string)
 }
 
