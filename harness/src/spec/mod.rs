@@ -628,8 +628,27 @@ fn matrix_entries(source: &Source, matrix: toml::Value) -> Result<Vec<MatrixEntr
             }
         }
     }
+    // Counted before any point is built: a matrix of millions would take minutes and
+    // gigabytes to expand and validate before its first check, or its first error.
+    let points = entries
+        .iter()
+        .fold(1u128, |n, e| n.saturating_mul(e.values.len() as u128));
+    if points > POINTS_MAX as u128 {
+        return Err(source.error(
+            &root,
+            Part::Key,
+            format!(
+                "expands to {points} points, more than the {POINTS_MAX} kvcc checks in one spec: \
+                 split it, or narrow it with fewer values"
+            ),
+        ));
+    }
     Ok(entries)
 }
+
+/// The most matrix points one spec may expand to. The shipped specs have at most a few
+/// dozen; ten thousand checks of even the smallest model take minutes.
+pub const POINTS_MAX: usize = 10_000;
 
 /// The violated-property lists of an expectation: `violates` (exactly these),
 /// `violates-all` (at least these) or `violates-any` (at least one of these).
