@@ -10,9 +10,18 @@
 //! requests interleave almost independently (they share only the aggregators and the
 //! engine steps), so the state space grows about as a power of one request's. File order
 //! would not do: one matrix holds checks from a few states to hundreds of thousands.
+//!
+//! A probe obeys the check's own limits (states, depth, time, memory): a run asked to
+//! take two seconds a check must not spend a minute estimating first. A check is never
+//! costlier than its state limit, so no estimate exceeds it. A probe cut by time or
+//! memory counts as the costliest a probe can say; whether it is cut depends on the
+//! machine only when one probe of at most 200,000 states takes about the whole time
+//! limit, and then the shards of one run could split differently: `kvcc merge` refuses
+//! such shards (a check missing or given twice), never merges them.
 
+use crate::run::{self, Settings};
 use crate::spec::{Case, Spec};
-use kvcc_model::checker::{self, Limits, Options};
+use kvcc_model::checker::{self, Cutoff, Limits, Options};
 use kvcc_model::ContractModel;
 use std::collections::HashMap;
 use std::fmt;
@@ -50,33 +59,52 @@ impl fmt::Display for Shard {
 /// count is only a lower bound, which still ranks the check among the costliest.
 const PROBE_STATES_MAX: u64 = 200_000;
 
-/// Estimated cost of each case (see the module docs), in plan order. Probes are shared
-/// between cases whose one-request configs are equal (a `requests` matrix entry).
-pub fn estimate(cases: &[(&Spec, &Case)]) -> Vec<u64> {
-    let mut probed: HashMap<kvcc_model::Config, u64> = HashMap::new();
+/// Estimated cost of each case (see the module docs), in plan order, under the limits
+/// `settings` and each spec set. Probes are shared between cases whose one-request
+/// configs and limits are equal (a `requests` matrix entry).
+pub fn estimate(cases: &[(&Spec, &Case)], settings: &Settings) -> Vec<u64> {
+    let mut probed: HashMap<(kvcc_model::Config, Limits), u64> = HashMap::new();
     cases
         .iter()
-        .map(|(_, case)| {
+        .map(|(spec, case)| {
+            let limits = run::limits(spec, settings);
             let mut one = case.config.clone();
             one.requests = 1;
-            let states = *probed.entry(one.clone()).or_insert_with(|| probe(one));
+            let states = *probed
+                .entry((one.clone(), limits.clone()))
+                .or_insert_with(|| probe(one, &limits));
             let power = u32::from(case.config.requests.max(1));
-            states.max(1).saturating_pow(power)
+            let cost = states.max(1).saturating_pow(power);
+            limits.max_states.map_or(cost, |max| cost.min(max))
         })
         .collect()
 }
 
-fn probe(config: kvcc_model::Config) -> u64 {
+/// One request's unique states under the check's `limits`, capped at
+/// [`PROBE_STATES_MAX`]; a probe cut by time or memory counts as the cap.
+fn probe(config: kvcc_model::Config, limits: &Limits) -> u64 {
     let options = Options {
         threads: 1,
         symmetry: true,
         limits: Limits {
-            max_states: Some(PROBE_STATES_MAX),
-            ..Limits::default()
+            max_states: Some(
+                limits
+                    .max_states
+                    .map_or(PROBE_STATES_MAX, |max| max.min(PROBE_STATES_MAX)),
+            ),
+            ..limits.clone()
         },
         ..Options::default()
     };
-    checker::check(&ContractModel::new(config), &options).unique_states
+    let report = checker::check(&ContractModel::new(config), &options);
+    let cut = report.cutoff.as_ref().or(match &report.verdict {
+        checker::Verdict::Inconclusive(cutoff) => Some(cutoff),
+        _ => None,
+    });
+    match cut {
+        Some(Cutoff::Time(_) | Cutoff::Memory(_)) => PROBE_STATES_MAX,
+        _ => report.unique_states,
+    }
 }
 
 /// The shard (0-based) of every check: greedy longest-processing-time first. Checks go

@@ -352,3 +352,27 @@ fn issue23_a_matrix_past_the_cap_is_refused_before_it_is_expanded() {
         "{said}"
     );
 }
+
+/// Issue 23: the shard cost probes (and the progress bar's estimate, made by the same
+/// probes) obey the run's limits. Each of this matrix's four probes alone explores
+/// 188,079 states in seconds; under `--max-states 100` a probe stops at 100, under
+/// `--timeout 1` at a second.
+#[test]
+fn issue23_cost_probes_obey_the_state_and_time_limits() {
+    let spec = fixture("hostile/slow-probes.toml");
+    for (limits, seconds) in [(["--max-states", "100"], 3), (["--timeout", "1"], 9)] {
+        for shard in ["1/2", "2/2"] {
+            let started = Instant::now();
+            let mut args = vec!["check", &spec, "--shard", shard, "--threads", "1"];
+            args.extend(limits);
+            let (code, stdout, stderr) = run(&args);
+            let elapsed = started.elapsed();
+            assert_eq!(code, 1, "{stdout}{stderr}");
+            assert!(stdout.contains("2 checks: 0 as expected"), "{stdout}");
+            assert!(
+                elapsed < Duration::from_secs(seconds),
+                "{limits:?} --shard {shard} took {elapsed:?}"
+            );
+        }
+    }
+}

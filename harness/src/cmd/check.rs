@@ -125,8 +125,9 @@ pub fn exec(args: Args) -> Exit {
     // Estimates feed the shard assignment and the terminal's ETA; a plain run piped to a
     // log needs neither, and skips the probes.
     let bar = !args.quiet && std::io::stderr().is_terminal();
+    let mut settings = settings(&args);
     let costs = if args.shard.is_some() || bar {
-        shard::estimate(&checks)
+        shard::estimate(&checks, &settings)
     } else {
         vec![1; checks.len()]
     };
@@ -139,7 +140,6 @@ pub fn exec(args: Args) -> Exit {
                 .collect()
         }
     };
-    let mut settings = settings(&args);
     let mut progress = Progress::new(selected.iter().map(|&i| costs[i]).collect(), args.quiet);
     settings.progress = Some(progress.counters());
     let mut outcomes: Vec<Outcome> = Vec::new();
