@@ -893,3 +893,38 @@ fn a_check_that_holds_generates_each_transition_once() {
     );
     assert_eq!(ladder.calls.load(std::sync::atomic::Ordering::Relaxed), 50);
 }
+
+/// Issue 23: a raised interrupt stops the search as a limit does (inconclusive, the
+/// levels before it kept); the same flag left down changes nothing.
+#[test]
+fn issue23_an_interrupt_stops_the_search_as_a_limit_does() {
+    let fan = Fan {
+        fan: 5_000,
+        panics_at: None,
+    };
+    for threads in [1, 2] {
+        for raised in [true, false] {
+            let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(raised));
+            let options = Options {
+                interrupt: Some(flag),
+                ..fan_options(threads, Limits::default())
+            };
+            let report = check(&fan, &options);
+            if raised {
+                assert!(
+                    matches!(report.verdict, Verdict::Inconclusive(Cutoff::Interrupted)),
+                    "{:?}",
+                    report.verdict
+                );
+                assert_eq!(report.unique_states, 1, "only the initial level");
+            } else {
+                assert!(
+                    matches!(report.verdict, Verdict::Holds),
+                    "{:?}",
+                    report.verdict
+                );
+                assert_eq!(report.unique_states, 10_001);
+            }
+        }
+    }
+}

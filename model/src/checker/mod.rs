@@ -82,7 +82,7 @@ pub use order::Cost;
 pub use replay::{replay_path, ReplayError};
 pub use search::check;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -205,6 +205,9 @@ pub struct Options {
     /// true only for it; tests put a weak hash here to show that the cross-checks
     /// (`--exact`, stateright's BFS) catch the states it hides.
     pub hash: Hash,
+    /// Raised by whoever runs the search to stop it (the CLI does so on SIGINT and
+    /// SIGTERM): it ends as a limit would, inconclusive unless a violation was found.
+    pub interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl Options {
@@ -226,6 +229,7 @@ impl Default for Options {
             exact: false,
             progress: None,
             hash: fingerprint_bytes,
+            interrupt: None,
         }
     }
 }
@@ -271,6 +275,8 @@ pub enum Cutoff {
     Collision {
         depth: u32,
     },
+    /// [`Options::interrupt`] was raised.
+    Interrupted,
 }
 
 impl std::fmt::Display for Cutoff {
@@ -284,6 +290,7 @@ impl std::fmt::Display for Cutoff {
                 "two states at depth {depth} share a {FINGERPRINT_BITS}-bit fingerprint"
             ),
             Cutoff::Memory(bytes) => write!(f, "memory limit {} MiB reached", bytes >> 20),
+            Cutoff::Interrupted => write!(f, "interrupted"),
             Cutoff::Successors { count, depth } => write!(
                 f,
                 "a state at depth {depth} has {} successors, more than the {SUCCESSORS_MAX} the checker enumerates",

@@ -8,7 +8,7 @@
 //! threads or the fingerprint function. Arenas are recycled level to level, so after the
 //! widest level the search stops asking the kernel for fresh (zeroed) pages.
 
-use super::allowance::{self, Allowance, Spent};
+use super::allowance::{self, Allowance, Bounds, Spent};
 use super::exact::Exact;
 use super::visited::{self, Visited};
 use super::{
@@ -36,6 +36,7 @@ enum Stop {
     States,
     Successors,
     Collision,
+    Interrupted,
     Panicked,
 }
 
@@ -65,17 +66,17 @@ impl Stopper {
             3 => Stop::States,
             4 => Stop::Successors,
             5 => Stop::Collision,
+            6 => Stop::Interrupted,
             _ => Stop::Panicked,
         }
     }
 }
 
-/// The time and memory a search may take, checked by every worker between chunks and
-/// every [`BUDGET_EVERY`] successors inside one state's expansion (a MultiConnector state
-/// can have tens of thousands).
+/// The time and memory a search may take, and its interrupt, checked by every worker
+/// between chunks and every [`BUDGET_EVERY`] successors inside one state's expansion (a
+/// MultiConnector state can have tens of thousands).
 struct Budget<'a> {
-    limits: &'a super::Limits,
-    start: Instant,
+    bounds: Bounds<'a>,
     stopper: &'a Stopper,
     /// Full states by fingerprint, for `--exact`.
     exact: Option<&'a Exact>,
@@ -91,12 +92,13 @@ impl Budget<'_> {
         if self.stopper.reason() != Stop::Running {
             return true;
         }
-        match allowance::spent(self.limits, self.start, memory_read) {
+        match allowance::spent(&self.bounds, memory_read) {
             None => false,
             Some(spent) => {
                 self.stopper.stop(match spent {
                     Spent::Time => Stop::Time,
                     Spent::Memory => Stop::Memory,
+                    Spent::Interrupt => Stop::Interrupted,
                 });
                 true
             }
@@ -223,7 +225,11 @@ where
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
-    let start = Instant::now();
+    let bounds = Bounds {
+        limits: &options.limits,
+        start: Instant::now(),
+        interrupt: options.interrupt.as_deref(),
+    };
     let threads = options.threads.max(1);
     let visited = Visited::new();
     let mut frontier = initial_level(model, options.naming(), &visited);
@@ -240,8 +246,7 @@ where
         visited: &visited,
         spares: Mutex::new(Vec::new()),
         budget: Budget {
-            limits: &options.limits,
-            start,
+            bounds,
             stopper: &stopper,
             exact: exact.as_ref(),
         },
@@ -296,7 +301,7 @@ where
         first: &folded.first,
         unique_states,
     };
-    let mut allowance = Allowance::new(&options.limits, start);
+    let mut allowance = Allowance::new(bounds);
     let counterexamples =
         pick_counterexamples(model, options, &explored, &folded.cutoff, &mut allowance);
     let verdict = match (&counterexamples.is_empty(), &folded.cutoff) {
@@ -311,7 +316,7 @@ where
         unique_states,
         transitions: folded.transitions,
         max_depth: depth,
-        elapsed: start.elapsed(),
+        elapsed: bounds.start.elapsed(),
         exact: options.exact,
     }
 }
@@ -479,7 +484,8 @@ where
         let limits = &self.options.limits;
         match self.budget.stopper.reason() {
             Stop::Running => None,
-            Stop::Time => Some(Cutoff::Time(self.budget.start.elapsed())),
+            Stop::Time => Some(Cutoff::Time(self.budget.bounds.start.elapsed())),
+            Stop::Interrupted => Some(Cutoff::Interrupted),
             Stop::Memory => Some(Cutoff::Memory(limits.max_memory.unwrap_or_default())),
             Stop::States => Some(Cutoff::States(limits.max_states.unwrap_or_default())),
             Stop::Successors => {
