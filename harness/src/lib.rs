@@ -16,6 +16,7 @@
 //! - [`simulate`] writes random executions of the model as recorded runs, which
 //!   `kvcc_conform` checks like a vLLM deployment's.
 
+pub mod atomic;
 pub mod cmd;
 pub mod explore;
 pub mod out;

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod atomic;
 mod bench;
 mod check;
 mod ci;

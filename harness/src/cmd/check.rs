@@ -1,5 +1,6 @@
 //! `kvcc check`.
 
+use crate::atomic;
 use crate::out::outln;
 use crate::progress::Progress;
 use crate::report::json::{self, Position};
@@ -12,6 +13,7 @@ use crate::Exit;
 use kvcc_model::checker::Limits;
 use kvcc_model::InputError;
 use std::io::IsTerminal;
+use std::path::Path;
 use std::time::Duration;
 
 /// Check specs: every matrix point of every spec, against its expected verdict.
@@ -122,6 +124,17 @@ pub fn exec(args: Args) -> Exit {
         .iter()
         .flat_map(|(spec, cases)| cases.iter().map(move |case| (spec, case)))
         .collect();
+    // Traces are written after a check, which may take hours: a directory they cannot go
+    // to is refused before the first one starts.
+    if let Some(dir) = &args.trace_dir {
+        if let Err(e) = atomic::usable_dir(Path::new(dir)) {
+            let error = InputError {
+                field: Some("--trace-dir".into()),
+                ..InputError::file(dir, format!("cannot write traces there: {e}"))
+            };
+            return report::finish(&out, &[], &[error]);
+        }
+    }
     // Estimates feed the shard assignment and the terminal's ETA; a plain run piped to a
     // log needs neither, and skips the probes.
     let bar = !args.quiet && std::io::stderr().is_terminal();

@@ -119,7 +119,8 @@ pub fn finish(out: &Output, outcomes: &[Outcome], errors: &[InputError]) -> Exit
         }
     }
     if let Some(file) = &out.junit {
-        if let Err(e) = std::fs::write(file, junit::render(outcomes, errors)) {
+        let xml = junit::render(outcomes, errors);
+        if let Err(e) = crate::atomic::write(std::path::Path::new(file), xml.as_bytes()) {
             print_errors(&[InputError::file(
                 file,
                 format!("cannot write JUnit XML: {e}"),

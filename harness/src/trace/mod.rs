@@ -10,6 +10,7 @@ pub mod markdown;
 pub mod replay;
 pub mod text;
 
+use crate::atomic;
 use crate::spec::point::{sanitize, Point};
 use crate::spec::Spec;
 use kvcc_model::checker::{Choice, Cost, Counterexample, Kind};
@@ -177,7 +178,8 @@ pub fn replay_command(itf: &Path) -> String {
     format!("kvcc replay {}", shell_quote(&itf.display().to_string()))
 }
 
-/// Writes the four files of a trace into `dir`; returns their paths (`.txt` first).
+/// Writes the four files of a trace into `dir`; returns their paths (`.txt` first). Each
+/// file is written whole under a temporary name and renamed ([`crate::atomic`]).
 pub fn write_all(trace: &Trace, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let stem = trace.stem();
@@ -188,26 +190,16 @@ pub fn write_all(trace: &Trace, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         (path("txt"), text::render(trace, &replay)),
         (path("md"), markdown::render(trace, &replay)),
         (itf_path.clone(), itf::render(trace)),
-        (path("sh"), script(trace, &replay)),
     ];
     let mut written = Vec::new();
     for (file, contents) in files {
-        std::fs::write(&file, contents)?;
+        atomic::write(&file, contents.as_bytes())?;
         written.push(file);
     }
-    make_executable(&path("sh"))?;
+    let sh = path("sh");
+    atomic::write_executable(&sh, script(trace, &replay).as_bytes())?;
+    written.push(sh);
     Ok(written)
-}
-
-#[cfg(unix)]
-fn make_executable(file: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755))
-}
-
-#[cfg(not(unix))]
-fn make_executable(_: &Path) -> std::io::Result<()> {
-    Ok(())
 }
 
 /// `NAME.sh`: the reproduce command, runnable from any directory: it first changes to the

@@ -118,6 +118,14 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, InputError> {
             ..InputError::default()
         }
     })?;
+    // A trace is one JSON value: anything after it (a second trace appended, a torn
+    // write) means the file is not the trace it seems, whatever the first value says.
+    de.end().map_err(|e| InputError {
+        file: Some(file.to_string()),
+        at: Some((e.line(), e.column())),
+        message: "not a kvcc ITF trace: data after the JSON value".into(),
+        ..InputError::default()
+    })?;
     if trace.states.is_empty() {
         return Err(bad("states", "has no state".into()));
     }
