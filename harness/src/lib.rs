@@ -30,6 +30,10 @@ pub mod trace;
 
 pub use kvcc_model::VERSION;
 
+/// The commit this kvcc was built from (`git rev-parse HEAD` at build time, `unknown`
+/// outside a checkout; `build.rs`): with [`VERSION`], which code checked a run.
+pub const COMMIT: &str = env!("KVCC_COMMIT");
+
 /// How a command ends, as its exit code says it (ripgrep and cargo use the same three).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {

@@ -18,6 +18,7 @@ mod fuzz;
 mod golden;
 mod hostile;
 mod layout;
+mod merge;
 mod order;
 mod reduction;
 mod schema;

@@ -3,11 +3,11 @@
 use crate::atomic;
 use crate::out::outln;
 use crate::progress::Progress;
-use crate::report::json::{self, Position};
+use crate::report::json::{self, Position, RunIdentity, RunSettings};
 use crate::report::{self, Output};
 use crate::run::{self, Outcome, Settings};
 use crate::shard::{self, Shard};
-use crate::spec::point::Selector;
+use crate::spec::point::{value_text, Selector};
 use crate::spec::{self, Case, Spec};
 use crate::Exit;
 use kvcc_model::checker::Limits;
@@ -135,6 +135,7 @@ pub fn exec(args: Args) -> Exit {
             return report::finish(&out, &[], &[error]);
         }
     }
+    let identity = identity(&args, &plan, checks.len());
     // Estimates feed the shard assignment and the terminal's ETA; a plain run piped to a
     // log needs neither, and skips the probes.
     let bar = !args.quiet && std::io::stderr().is_terminal();
@@ -174,7 +175,7 @@ pub fn exec(args: Args) -> Exit {
                 shard: args.shard,
             };
             progress.suspend(|| {
-                outln!("{}", json::line(&outcome, at));
+                outln!("{}", json::line(&outcome, at, &identity));
             });
         }
         outcomes.push(outcome);
@@ -213,6 +214,31 @@ pub fn plan(
     } else {
         Err(errors)
     }
+}
+
+/// What makes this run this run, for its JSON lines: `kvcc merge` puts together only
+/// shards of one run.
+fn identity(args: &Args, plan: &[(Spec, Vec<Case>)], checks: usize) -> RunIdentity {
+    let settings = RunSettings {
+        max_states: args.max_states,
+        max_depth: args.max_depth,
+        timeout_seconds: args.timeout,
+        max_memory: args.max_memory,
+        shortest: args.shortest,
+        exact: args.exact,
+        symmetry: !args.no_symmetry,
+        points: args.points.iter().map(selector_text).collect(),
+    };
+    let specs: Vec<(&str, &str)> = plan
+        .iter()
+        .map(|(spec, _)| (spec.file.as_str(), spec.source.text()))
+        .collect();
+    RunIdentity::new(settings, &specs, checks)
+}
+
+/// `path=value`, as `--point` takes it.
+fn selector_text(s: &Selector) -> String {
+    format!("{}={}", s.path, value_text(&s.value))
 }
 
 fn settings(args: &Args) -> Settings {

@@ -1,19 +1,28 @@
 //! `kvcc merge`.
 
 use crate::cmd::check::Format;
-use crate::report::json::{self, Position, Read};
+use crate::out::outln;
+use crate::report::json::{self, Checked, Position, Read, RunIdentity};
 use crate::report::{self, Output};
 use crate::run::Outcome;
+use crate::spec::point::Selector;
+use crate::spec::Spec;
 use crate::Exit;
 use kvcc_model::InputError;
+use std::path::Path;
 
 /// Combine the JSON lines of sharded `kvcc check --shard I/N --format json` runs into one
 /// report, one JUnit file and one exit code, as if one machine had checked everything.
 ///
-/// Every check of the whole run must be in exactly one file: a missing shard (or one cut
-/// short) or a shard given twice is an input error (exit 2), never a green merge. An
-/// input error any shard reported is reported again (exit 2). Otherwise exit 0 when every
-/// verdict matches its expectation, 1 when any differs.
+/// Nothing in the files is taken on trust. Every line must come from the same run (the
+/// same kvcc build, settings and spec contents; lines carry them), and every check of
+/// that run must be in exactly one file: a missing shard (or one cut short), a shard
+/// given twice or a shard of another run is an input error (exit 2), never a green merge.
+/// Each spec is read again (run merge where the shards ran, or anywhere the spec paths
+/// lead to the same files): its content must be what the shards checked, each line's
+/// point one of its points and each expectation its own; whether a verdict matches is
+/// recomputed. An input error any shard reported is reported again (exit 2). Otherwise
+/// exit 0 when every verdict matches its expectation, 1 when any differs.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -34,6 +43,31 @@ pub struct Args {
     pub quiet: bool,
 }
 
+/// A check read from a shard, and where: errors about it name the file and line.
+struct Entry {
+    checked: Checked,
+    file: String,
+    line: usize,
+}
+
+impl Entry {
+    /// An error about `field` of this entry's line.
+    fn error(&self, field: &str, message: String) -> InputError {
+        InputError {
+            file: Some(self.file.clone()),
+            at: Some((self.line, 1)),
+            field: Some(field.to_string()),
+            message,
+            ..InputError::default()
+        }
+    }
+
+    /// `FILE:LINE`.
+    fn place(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+}
+
 pub fn exec(args: Args) -> Exit {
     let out = Output {
         json: args.format == Format::Json,
@@ -41,48 +75,59 @@ pub fn exec(args: Args) -> Exit {
         quiet: args.quiet,
         trace_dir: None,
     };
-    let mut checks: Vec<(Position, Outcome, String)> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
     let mut errors: Vec<InputError> = Vec::new();
     for file in &args.files {
-        if let Err(e) = read(file, &mut checks, &mut errors) {
+        if let Err(e) = read(file, &mut entries, &mut errors) {
             errors.push(e);
         }
     }
-    if errors.is_empty() {
-        errors.extend(coverage(&checks));
-    }
-    checks.sort_by_key(|(at, _, _)| at.check);
-    if out.json && errors.is_empty() {
-        for (at, outcome, _) in &checks {
-            let whole = Position { shard: None, ..*at };
-            println!("{}", json::line(outcome, whole));
+    // Each step presumes the one before it passed: a shard of another run would otherwise
+    // also be reported as checks missing or twice.
+    for step in [same_run, coverage, against_specs] {
+        if errors.is_empty() {
+            errors.extend(step(&entries));
         }
     }
-    let outcomes: Vec<Outcome> = checks.into_iter().map(|(_, o, _)| o).collect();
+    entries.sort_by_key(|e| e.checked.at.check);
+    if out.json && errors.is_empty() {
+        let identity = identity(&entries);
+        for e in &entries {
+            let whole = Position {
+                shard: None,
+                ..e.checked.at
+            };
+            outln!("{}", json::line(&e.checked.outcome, whole, &identity));
+        }
+    }
+    let outcomes: Vec<Outcome> = entries.into_iter().map(|e| e.checked.outcome).collect();
     report::finish(&out, &outcomes, &errors)
 }
 
-/// Reads one shard's lines; a line that is not kvcc's names its file and line.
+/// Reads one shard's lines; a line that is not kvcc's names its file, line and field.
 fn read(
     file: &str,
-    checks: &mut Vec<(Position, Outcome, String)>,
+    entries: &mut Vec<Entry>,
     errors: &mut Vec<InputError>,
 ) -> Result<(), InputError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| InputError::file(file, format!("cannot read: {e}")))?;
+    let text = kvcc_model::input::read_text(Path::new(file), "shard")?;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         match json::read(line) {
-            Ok(Read::Check(at, outcome)) => checks.push((at, *outcome, file.to_string())),
+            Ok(Read::Check(checked)) => entries.push(Entry {
+                checked: *checked,
+                file: file.to_string(),
+                line: i + 1,
+            }),
             Ok(Read::Error(e)) => errors.push(e),
-            Err(message) => {
+            Err(e) => {
                 return Err(InputError {
                     file: Some(file.to_string()),
-                    at: Some((i + 1, 1)),
-                    message: format!("not a line of `kvcc check --format json`: {message}"),
-                    ..InputError::default()
+                    at: Some((i + 1, e.at.map_or(1, |(_, column)| column))),
+                    message: format!("not a line of `kvcc check --format json`: {}", e.message),
+                    ..e
                 })
             }
         }
@@ -90,41 +135,111 @@ fn read(
     Ok(())
 }
 
-/// Every check of the whole run exactly once, all from the same run size and shard count.
-fn coverage(checks: &[(Position, Outcome, String)]) -> Vec<InputError> {
-    let Some((first, _, first_file)) = checks.first() else {
-        return vec![InputError::usage("the files hold no check")];
+/// Every line from one run: the same kvcc, settings, spec contents and plan. One error
+/// per file, at its first line that differs from the first line read.
+fn same_run(entries: &[Entry]) -> Vec<InputError> {
+    let Some(first) = entries.first() else {
+        return Vec::new();
     };
     let mut errors = Vec::new();
-    for (at, _, file) in checks {
-        if at.checks != first.checks {
-            errors.push(InputError::usage(format!(
-                "{file} is from a run of {} checks, {first_file} from one of {}: not the same run",
-                at.checks, first.checks
-            )));
+    let mut reported: Vec<&str> = Vec::new();
+    for e in entries {
+        if reported.contains(&e.file.as_str()) {
+            continue;
+        }
+        let (a, b) = (&e.checked, &first.checked);
+        let same_spec = entries
+            .iter()
+            .find(|o| o.checked.outcome.file == a.outcome.file)
+            .filter(|o| o.checked.spec_hash != a.spec_hash);
+        let differs = if a.kvcc_version != b.kvcc_version {
+            Some((
+                "kvcc_version",
+                a.kvcc_version.clone(),
+                b.kvcc_version.clone(),
+                first,
+            ))
+        } else if a.kvcc_commit != b.kvcc_commit {
+            Some((
+                "kvcc_commit",
+                a.kvcc_commit.clone(),
+                b.kvcc_commit.clone(),
+                first,
+            ))
+        } else if a.settings != b.settings {
+            let text = |s| serde_json::to_string(s).unwrap_or_default();
+            Some(("settings", text(&a.settings), text(&b.settings), first))
+        } else if let Some(other) = same_spec {
+            let other_hash = other.checked.spec_hash.clone();
+            Some(("spec_hash", a.spec_hash.clone(), other_hash, other))
+        } else if a.run != b.run {
+            Some(("run", a.run.clone(), b.run.clone(), first))
+        } else {
+            None
+        };
+        if let Some((field, here, there, other)) = differs {
+            errors.push(e.error(
+                field,
+                format!(
+                    "`{here}` here but `{there}` at {}: shards of different runs (the same kvcc, settings and specs must check every shard)",
+                    other.place()
+                ),
+            ));
+            reported.push(&e.file);
+        }
+    }
+    errors
+}
+
+/// Every check of the whole run exactly once, all from the same run size and shard count.
+fn coverage(entries: &[Entry]) -> Vec<InputError> {
+    let Some(first) = entries.first() else {
+        return vec![InputError::usage("the files hold no check")];
+    };
+    let checks = first.checked.at.checks;
+    let mut errors = Vec::new();
+    for e in entries {
+        let at = &e.checked.at;
+        if at.checks != checks {
+            errors.push(e.error(
+                "checks",
+                format!(
+                    "a run of {} checks, {} is one of {checks}: not the same run",
+                    at.checks,
+                    first.place()
+                ),
+            ));
             return errors;
         }
         let count = |p: &Position| p.shard.map(|s| s.count);
-        if count(at) != count(first) {
-            errors.push(InputError::usage(format!(
-                "{file} and {first_file} split the run into different shard counts"
-            )));
+        if count(at) != count(&first.checked.at) {
+            errors.push(e.error(
+                "shard",
+                format!(
+                    "{} splits the run into different shard counts",
+                    first.place()
+                ),
+            ));
             return errors;
         }
     }
-    let mut seen: Vec<Option<&str>> = vec![None; first.checks];
-    for (at, outcome, file) in checks {
-        match seen.get_mut(at.check) {
-            None => errors.push(InputError::usage(format!(
-                "{file}: check {} is beyond the run's {} checks",
-                at.check, first.checks
-            ))),
-            Some(Some(other)) => errors.push(InputError::usage(format!(
-                "check {} ({}) is in both {other} and {file}: a shard given twice?",
-                at.check,
-                outcome.title()
-            ))),
-            Some(slot) => *slot = Some(file.as_str()),
+    let mut seen: Vec<Option<&Entry>> = vec![None; checks];
+    for e in entries {
+        let check = e.checked.at.check;
+        match seen.get_mut(check) {
+            None => errors.push(e.error(
+                "check",
+                format!("check {check} is beyond the run's {checks} checks"),
+            )),
+            Some(Some(other)) => errors.push(e.error(
+                "check",
+                format!(
+                    "check {check} ({}) is in both {} and here: a shard given twice?",
+                    e.checked.outcome.title(),
+                    other.place()
+                ),
+            )),
+            Some(slot) => *slot = Some(e),
         }
     }
     let missing: Vec<String> = seen
@@ -135,11 +250,143 @@ fn coverage(checks: &[(Position, Outcome, String)]) -> Vec<InputError> {
         .collect();
     if !missing.is_empty() {
         errors.push(InputError::usage(format!(
-            "{} of the run's {} checks are in no file (checks {}): a shard is missing or was cut short",
+            "{} of the run's {checks} checks are in no file (checks {}): a shard is missing or was cut short",
             missing.len(),
-            first.checks,
             missing.join(", ")
         )));
     }
     errors
+}
+
+/// Each line against its spec as it is now: the content the shard checked, a point the
+/// spec has (each once), the spec's expectation there, and `matches` as recomputed.
+fn against_specs(entries: &[Entry]) -> Vec<InputError> {
+    let mut files: Vec<&str> = Vec::new();
+    for e in entries {
+        if !files.contains(&e.checked.outcome.file.as_str()) {
+            files.push(&e.checked.outcome.file);
+        }
+    }
+    let mut errors = Vec::new();
+    for file in files {
+        let lines: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.checked.outcome.file == file)
+            .collect();
+        if let Err(e) = against_spec(file, &lines) {
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+/// The lines of one spec file against it; the first error found.
+fn against_spec(file: &str, lines: &[&Entry]) -> Result<(), InputError> {
+    let first = lines[0];
+    let spec = Spec::load(file).map_err(|e| {
+        e.with_help(format!(
+            "kvcc merge reads each spec again: run it where {} ran",
+            first.file
+        ))
+    })?;
+    let hash = json::spec_hash(spec.source.text());
+    if hash != first.checked.spec_hash {
+        return Err(first.error(
+            "spec_hash",
+            format!(
+                "{file} has changed since the shard checked it (its content hashes to `{hash}` now, `{}` then)",
+                first.checked.spec_hash
+            ),
+        ));
+    }
+    let selectors = first
+        .checked
+        .settings
+        .points
+        .iter()
+        .map(|p| p.parse::<Selector>())
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|m| first.error("settings.points", m))?;
+    let cases = spec.cases(&selectors)?;
+    let mut seen: Vec<Option<&Entry>> = vec![None; cases.len()];
+    for e in lines {
+        let o = &e.checked.outcome;
+        if o.spec != spec.name {
+            return Err(e.error(
+                "spec",
+                format!("`{}`, but {file} names its spec `{}`", o.spec, spec.name),
+            ));
+        }
+        let point = o.point.to_json();
+        let Some(i) = cases.iter().position(|c| c.point.to_json() == point) else {
+            return Err(e.error("point", format!("{file} has no matrix point {point}")));
+        };
+        if let Some(other) = seen[i] {
+            return Err(e.error(
+                "point",
+                format!("point {point} of {file} is also at {}", other.place()),
+            ));
+        }
+        seen[i] = Some(e);
+        let case = &cases[i];
+        if o.expectation != case.expectation {
+            return Err(e.error(
+                "expected",
+                format!(
+                    "`{}`, but {file} expects `{}` at this point",
+                    o.expectation, case.expectation
+                ),
+            ));
+        }
+        if o.expect_line != case.expect_line {
+            return Err(e.error(
+                "line",
+                format!(
+                    "{}, but {file} states this point's expectation on line {}",
+                    o.expect_line, case.expect_line
+                ),
+            ));
+        }
+        if e.checked.matches_stated != o.matches {
+            return Err(e.error(
+                "matches",
+                format!(
+                    "{}, but the verdict `{}` {} the expectation `{}`",
+                    e.checked.matches_stated,
+                    o.verdict_text(),
+                    if o.matches { "meets" } else { "does not meet" },
+                    o.expectation
+                ),
+            ));
+        }
+    }
+    if let Some(i) = seen.iter().position(Option::is_none) {
+        return Err(first.error(
+            "point",
+            format!(
+                "point {} of {file} is in no line, though every check of the run is",
+                cases[i].point.to_json()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The run's identity as its lines state it (all equal, by [`same_run`]), to write the
+/// merged lines with.
+fn identity(entries: &[Entry]) -> RunIdentity {
+    let Some(first) = entries.first() else {
+        return RunIdentity::default();
+    };
+    let c = &first.checked;
+    RunIdentity {
+        kvcc_version: c.kvcc_version.clone(),
+        kvcc_commit: c.kvcc_commit.clone(),
+        settings: c.settings.clone(),
+        spec_hashes: entries
+            .iter()
+            .map(|e| (e.checked.outcome.file.clone(), e.checked.spec_hash.clone()))
+            .collect(),
+        run: c.run.clone(),
+    }
 }

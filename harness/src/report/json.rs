@@ -2,8 +2,9 @@
 //! `kvcc merge` reads them back. An input error is a line of its own, `{"error": {...}}`.
 //!
 //! ```json
-//! {"format_version": 1, "kvcc_version": "0.1.0",
-//!  "spec": "seed-59325", "file": "specs/seed-59325.toml", "point": {"prefill.pcp": 2},
+//! {"format_version": 2, "kvcc_version": "0.1.0", "kvcc_commit": "64282b6...",
+//!  "spec": "seed-59325", "file": "specs/seed-59325.toml",
+//!  "spec_hash": "5f0c6a8d2e4b1c37", "point": {"prefill.pcp": 2},
 //!  "verdict": "violated", "inconclusive_reason": null,
 //!  "violations": [{"property": "eventually-freed",
 //!                  "clause": "delay-freed-request-never-freed", "depth": 6}],
@@ -11,9 +12,15 @@
 //!  "matches": true, "unique_states": 13, "transitions": 19, "max_depth": 6,
 //!  "seconds": 0.002, "states_per_second": 6500.0,
 //!  "fingerprint_bits": 64, "collision_probability": 4.2e-18, "traces": [],
-//!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null}
+//!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null,
+//!  "settings": {"max_states": null, "max_depth": null, "timeout_seconds": null,
+//!               "max_memory": null, "shortest": false, "exact": false,
+//!               "symmetry": true, "points": []},
+//!  "run": "9a3e0c1d7b2f4e65"}
 //! ```
 //!
+//! - `kvcc_commit`: the commit kvcc was built from (`unknown` outside a checkout).
+//! - `spec_hash`: xxh3-64 of the spec file's bytes, 16 hex digits.
 //! - `verdict`: `holds`, `violated` or `inconclusive` (a limit cut the run:
 //!   `inconclusive_reason` says which; `violations` lists what was found before it).
 //! - `point`: the matrix point's Config field paths and values (`{}` without a matrix).
@@ -27,21 +34,98 @@
 //! - `line`: the spec line that states the expectation.
 //! - `check`, `checks`: this check's position in the whole (unsharded) run and how many
 //!   checks that run has; `shard`: `"I/N"` under `--shard`, else null.
+//! - `settings`: the command-line settings that can change a verdict or which checks run.
+//! - `run`: xxh3-64 of the run's identity: kvcc's version and commit, the settings, every
+//!   spec file of the run with its `spec_hash`, and `checks`. Shards of one run share it.
 //!
-//! Fields are only ever added within one `format_version`.
+//! Fields are only ever added within one `format_version`. Version 2 added `kvcc_commit`,
+//! `spec_hash`, `settings` and `run`, which `kvcc merge` requires.
 
 use crate::run::{Observed, Outcome, Violation};
 use crate::shard::Shard;
 use crate::spec::point::Point;
 use crate::spec::Expectation;
+use kvcc_model::checker::fingerprint_bytes;
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::InputError;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The version of this line format.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The settings of `kvcc check` that can change a verdict, a counterexample or which
+/// checks run. Threads are not among them (the checker is deterministic), nor are the
+/// outputs (`--format`, `--junit`, `--trace-dir`, `--all-traces`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSettings {
+    pub max_states: Option<u64>,
+    pub max_depth: Option<u32>,
+    pub timeout_seconds: Option<u64>,
+    /// As given; null is the default, a share of the machine's memory.
+    pub max_memory: Option<u64>,
+    pub shortest: bool,
+    pub exact: bool,
+    pub symmetry: bool,
+    /// The `--point` selectors, as `path=value`.
+    pub points: Vec<String>,
+}
+
+/// Which run a line belongs to: the code that checked it, its settings and the content
+/// of every spec it checked. `kvcc merge` refuses lines of different runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunIdentity {
+    pub kvcc_version: String,
+    pub kvcc_commit: String,
+    pub settings: RunSettings,
+    /// Each spec file of the run, as given, to the [`spec_hash`] of its content.
+    pub spec_hashes: BTreeMap<String, String>,
+    /// A hash of all the above and the run's check count.
+    pub run: String,
+}
+
+/// What the `run` hash covers, in a fixed field order.
+#[derive(Serialize)]
+struct Hashed<'a> {
+    kvcc_version: &'a str,
+    kvcc_commit: &'a str,
+    settings: &'a RunSettings,
+    specs: &'a [(String, String)],
+    checks: usize,
+}
+
+impl RunIdentity {
+    /// The identity of this kvcc's run over `specs` (file as given, content), in plan
+    /// order, planning `checks` checks.
+    pub fn new(settings: RunSettings, specs: &[(&str, &str)], checks: usize) -> RunIdentity {
+        let specs: Vec<(String, String)> = specs
+            .iter()
+            .map(|(file, text)| (file.to_string(), spec_hash(text)))
+            .collect();
+        let hashed = Hashed {
+            kvcc_version: crate::VERSION,
+            kvcc_commit: crate::COMMIT,
+            settings: &settings,
+            specs: &specs,
+            checks,
+        };
+        let text = serde_json::to_string(&hashed).unwrap_or_default();
+        RunIdentity {
+            kvcc_version: crate::VERSION.to_string(),
+            kvcc_commit: crate::COMMIT.to_string(),
+            settings,
+            spec_hashes: specs.into_iter().collect(),
+            run: format!("{:016x}", fingerprint_bytes(text.as_bytes())),
+        }
+    }
+}
+
+/// xxh3-64 of a spec file's content, as 16 hex digits.
+pub fn spec_hash(text: &str) -> String {
+    format!("{:016x}", fingerprint_bytes(text.as_bytes()))
+}
 
 /// Where a check stands in the whole run, for `kvcc merge` to put shards back together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,8 +140,10 @@ pub struct Position {
 pub struct Line {
     pub format_version: u32,
     pub kvcc_version: String,
+    pub kvcc_commit: String,
     pub spec: String,
     pub file: String,
+    pub spec_hash: String,
     pub point: Value,
     pub verdict: String,
     pub inconclusive_reason: Option<String>,
@@ -81,6 +167,8 @@ pub struct Line {
     pub check: usize,
     pub checks: usize,
     pub shard: Option<String>,
+    pub settings: RunSettings,
+    pub run: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -119,9 +207,10 @@ pub fn expected(expectation: &Expectation) -> serde_json::Value {
 }
 
 /// The inverse of [`expected`].
-fn read_expected(json: &Value) -> Result<Expectation, String> {
-    let names = |key: &str| -> Result<Vec<String>, String> {
-        serde_json::from_value(json[key].clone()).map_err(|e| format!("expected.{key}: {e}"))
+fn read_expected(json: &Value) -> Result<Expectation, InputError> {
+    let names = |key: &str| -> Result<Vec<String>, InputError> {
+        serde_json::from_value(json[key].clone())
+            .map_err(|e| field(&format!("expected.{key}"), e.to_string()))
     };
     match json.get("verdict").and_then(Value::as_str) {
         Some("holds") => Ok(Expectation::Holds),
@@ -134,12 +223,21 @@ fn read_expected(json: &Value) -> Result<Expectation, String> {
         Some("violated") if json.get("violates-any").is_some() => {
             names("violates-any").map(Expectation::ViolatedAny)
         }
-        _ => Err(format!("`expected` is not an expectation: {json}")),
+        _ => Err(field("expected", format!("`{json}` is not an expectation"))),
     }
 }
 
-/// The JSON line of one check.
-pub fn line(o: &Outcome, at: Position) -> String {
+/// An error about one field of a line.
+fn field(path: &str, message: impl Into<String>) -> InputError {
+    InputError {
+        field: Some(path.to_string()),
+        message: message.into(),
+        ..InputError::default()
+    }
+}
+
+/// The JSON line of one check of the run `run`.
+pub fn line(o: &Outcome, at: Position, run: &RunIdentity) -> String {
     let (verdict, reason) = match &o.observed {
         Observed::Holds => ("holds", None),
         Observed::Violated => ("violated", None),
@@ -148,9 +246,11 @@ pub fn line(o: &Outcome, at: Position) -> String {
     let expected = expected(&o.expectation);
     let line = Line {
         format_version: FORMAT_VERSION,
-        kvcc_version: crate::VERSION.to_string(),
+        kvcc_version: run.kvcc_version.clone(),
+        kvcc_commit: run.kvcc_commit.clone(),
         spec: o.spec.clone(),
         file: o.file.clone(),
+        spec_hash: run.spec_hashes.get(&o.file).cloned().unwrap_or_default(),
         point: o.point.to_json(),
         verdict: verdict.to_string(),
         inconclusive_reason: reason,
@@ -180,6 +280,8 @@ pub fn line(o: &Outcome, at: Position) -> String {
         check: at.check,
         checks: at.checks,
         shard: at.shard.map(|s| s.to_string()),
+        settings: run.settings.clone(),
+        run: run.run.clone(),
     };
     serde_json::to_string(&line).unwrap_or_default()
 }
@@ -203,23 +305,65 @@ pub fn error_line(e: &InputError) -> String {
 
 /// What one line read back holds.
 pub enum Read {
-    Check(Position, Box<Outcome>),
+    Check(Box<Checked>),
     Error(InputError),
 }
 
-/// Reads a line written by [`line`] or [`error_line`] back.
-pub fn read(text: &str) -> Result<Read, String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+/// A check's line read back, with what `kvcc merge` verifies it by.
+pub struct Checked {
+    pub at: Position,
+    /// The check, its `matches` recomputed from its verdict and expectation.
+    pub outcome: Outcome,
+    /// The `matches` the line states, which is never used, only compared.
+    pub matches_stated: bool,
+    pub kvcc_version: String,
+    pub kvcc_commit: String,
+    pub spec_hash: String,
+    pub settings: RunSettings,
+    pub run: String,
+}
+
+/// `serde_json`'s message without the position it appends (the error carries it).
+fn json_message(e: &serde_json::Error) -> String {
+    let message = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    message
+        .strip_suffix(&suffix)
+        .unwrap_or(&message)
+        .to_string()
+}
+
+/// Reads a line written by [`line`] or [`error_line`] back. An error names the field (and
+/// for JSON syntax the column; its line is the line's own, 1): the caller adds the file
+/// and line.
+pub fn read(text: &str) -> Result<Read, InputError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| InputError {
+        at: Some((e.line(), e.column())),
+        message: format!("not JSON: {}", json_message(&e)),
+        ..InputError::default()
+    })?;
     let version = value.get("format_version").and_then(Value::as_u64);
     if version != Some(u64::from(FORMAT_VERSION)) {
-        return Err(format!(
-            "format_version {} is not read by kvcc {} (it reads {FORMAT_VERSION})",
-            version.map_or("(none)".to_string(), |v| v.to_string()),
-            crate::VERSION
+        return Err(field(
+            "format_version",
+            format!(
+                "{} is not read by kvcc {} (it reads {FORMAT_VERSION}): check the shards again with this kvcc",
+                version.map_or("(none)".to_string(), |v| v.to_string()),
+                crate::VERSION
+            ),
         ));
     }
+    let typed = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        let message = json_message(e.inner());
+        // A missing field is reported by the object that lacks it: name the field.
+        match message.strip_prefix("missing field `") {
+            Some(rest) if path == "." => field(rest.trim_end_matches('`'), "missing"),
+            _ => field(&path, message),
+        }
+    };
     if value.get("error").is_some() {
-        let e: ErrorLine = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        let e: ErrorLine = serde_path_to_error::deserialize(value).map_err(typed)?;
         let e = e.error;
         return Ok(Read::Error(InputError {
             file: e.file,
@@ -230,23 +374,46 @@ pub fn read(text: &str) -> Result<Read, String> {
             help: e.help.map(String::into_boxed_str),
         }));
     }
-    let l: Line = serde_json::from_value(value).map_err(|e| e.to_string())?;
-    let shard = l.shard.as_deref().map(str::parse::<Shard>).transpose()?;
+    let l: Line = serde_path_to_error::deserialize(value).map_err(typed)?;
+    let shard = l
+        .shard
+        .as_deref()
+        .map(str::parse::<Shard>)
+        .transpose()
+        .map_err(|m| field("shard", m))?;
     let observed = match l.verdict.as_str() {
         "holds" => Observed::Holds,
         "violated" => Observed::Violated,
         "inconclusive" => Observed::Inconclusive(l.inconclusive_reason.unwrap_or_default()),
-        other => return Err(format!("unknown verdict `{other}`")),
+        other => return Err(field("verdict", format!("unknown verdict `{other}`"))),
     };
+    match (&observed, l.violations.is_empty()) {
+        (Observed::Holds, false) => {
+            return Err(field("violations", "a `holds` verdict lists violations"))
+        }
+        (Observed::Violated, true) => {
+            return Err(field(
+                "violations",
+                "a `violated` verdict lists no violation",
+            ))
+        }
+        _ => {}
+    }
     let expectation = read_expected(&l.expected)?;
     let violations = l
         .violations
         .into_iter()
-        .map(|v| {
+        .enumerate()
+        .map(|(i, v)| {
             let clause_index = CLAUSES
                 .iter()
                 .position(|c| c.property == v.property && c.clause == v.clause)
-                .ok_or_else(|| format!("unknown clause `{}: {}`", v.property, v.clause))?;
+                .ok_or_else(|| {
+                    field(
+                        &format!("violations[{i}]"),
+                        format!("unknown clause `{}: {}`", v.property, v.clause),
+                    )
+                })?;
             Ok(Violation {
                 property: v.property,
                 clause: v.clause,
@@ -254,12 +421,12 @@ pub fn read(text: &str) -> Result<Read, String> {
                 depth: v.depth,
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
-    let mut point = Point::from_json(&l.point)?;
+        .collect::<Result<Vec<_>, InputError>>()?;
+    let mut point = Point::from_json(&l.point).map_err(|m| field("point", m))?;
     point
         .0
         .sort_by_key(|(path, _)| l.point_paths.iter().position(|p| p == path));
-    let outcome = Outcome {
+    let mut outcome = Outcome {
         spec: l.spec,
         file: l.file,
         point,
@@ -267,7 +434,7 @@ pub fn read(text: &str) -> Result<Read, String> {
         expect_line: l.line,
         observed,
         violations,
-        matches: l.matches,
+        matches: false,
         unique_states: l.unique_states,
         transitions: l.transitions,
         max_depth: l.max_depth,
@@ -276,10 +443,23 @@ pub fn read(text: &str) -> Result<Read, String> {
         collision_probability: l.collision_probability,
         traces: l.traces.into_iter().map(PathBuf::from).collect(),
     };
-    let at = Position {
-        check: l.check,
-        checks: l.checks,
-        shard,
-    };
-    Ok(Read::Check(at, Box::new(outcome)))
+    outcome.matches = crate::run::matches(
+        &outcome.expectation,
+        &outcome.observed,
+        &outcome.violated_properties(),
+    );
+    Ok(Read::Check(Box::new(Checked {
+        at: Position {
+            check: l.check,
+            checks: l.checks,
+            shard,
+        },
+        outcome,
+        matches_stated: l.matches,
+        kvcc_version: l.kvcc_version,
+        kvcc_commit: l.kvcc_commit,
+        spec_hash: l.spec_hash,
+        settings: l.settings,
+        run: l.run,
+    })))
 }
