@@ -19,6 +19,7 @@
 pub mod atomic;
 pub mod cmd;
 pub mod explore;
+pub mod interrupt;
 pub mod out;
 pub mod progress;
 pub mod report;
@@ -43,6 +44,9 @@ pub enum Exit {
     Finding,
     /// A usage or input error: nothing was concluded.
     Input,
+    /// Stopped by this signal (SIGINT, SIGTERM): 128 + its number, as a shell reports a
+    /// command the signal killed.
+    Signal(i32),
 }
 
 impl Exit {
@@ -51,6 +55,7 @@ impl Exit {
             Exit::Ok => 0,
             Exit::Finding => 1,
             Exit::Input => 2,
+            Exit::Signal(number) => u8::try_from(128 + number).unwrap_or(u8::MAX),
         }
     }
 }

@@ -34,6 +34,8 @@ pub struct Settings {
     /// Explore without the symmetry of interchangeable ranks and requests
     /// (`--no-symmetry`, to compare).
     pub no_symmetry: bool,
+    /// Raised on SIGINT or SIGTERM: the check in progress ends inconclusive.
+    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// What the checker concluded.
@@ -162,6 +164,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         progress: settings.progress.clone(),
         shortest: settings.shortest,
         exact: settings.exact,
+        interrupt: settings.interrupt.clone(),
         ..Options::default()
     };
     // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with

@@ -72,7 +72,7 @@ pub fn estimate(cases: &[(&Spec, &Case)], settings: &Settings) -> Vec<u64> {
             one.requests = 1;
             let states = *probed
                 .entry((one.clone(), limits.clone()))
-                .or_insert_with(|| probe(one, &limits));
+                .or_insert_with(|| probe(one, &limits, settings));
             let power = u32::from(case.config.requests.max(1));
             let cost = states.max(1).saturating_pow(power);
             limits.max_states.map_or(cost, |max| cost.min(max))
@@ -81,8 +81,9 @@ pub fn estimate(cases: &[(&Spec, &Case)], settings: &Settings) -> Vec<u64> {
 }
 
 /// One request's unique states under the check's `limits`, capped at
-/// [`PROBE_STATES_MAX`]; a probe cut by time or memory counts as the cap.
-fn probe(config: kvcc_model::Config, limits: &Limits) -> u64 {
+/// [`PROBE_STATES_MAX`]; a probe cut by time or memory counts as the cap. A signal that
+/// stops the run stops its probes too.
+fn probe(config: kvcc_model::Config, limits: &Limits, settings: &Settings) -> u64 {
     let options = Options {
         threads: 1,
         symmetry: true,
@@ -94,6 +95,7 @@ fn probe(config: kvcc_model::Config, limits: &Limits) -> u64 {
             ),
             ..limits.clone()
         },
+        interrupt: settings.interrupt.clone(),
         ..Options::default()
     };
     let report = checker::check(&ContractModel::new(config), &options);
@@ -102,7 +104,7 @@ fn probe(config: kvcc_model::Config, limits: &Limits) -> u64 {
         _ => None,
     });
     match cut {
-        Some(Cutoff::Time(_) | Cutoff::Memory(_)) => PROBE_STATES_MAX,
+        Some(Cutoff::Time(_) | Cutoff::Memory(_) | Cutoff::Interrupted) => PROBE_STATES_MAX,
         _ => report.unique_states,
     }
 }

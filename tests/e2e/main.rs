@@ -17,6 +17,7 @@ mod fingerprints;
 mod fuzz;
 mod golden;
 mod hostile;
+mod interrupt;
 mod layout;
 mod merge;
 mod order;

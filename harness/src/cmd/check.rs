@@ -1,20 +1,25 @@
 //! `kvcc check`.
 
 use crate::atomic;
+use crate::interrupt::{self, Interrupt};
 use crate::out::outln;
 use crate::progress::Progress;
 use crate::report::json::{self, Position, RunIdentity, RunSettings};
 use crate::report::{self, Output};
-use crate::run::{self, Outcome, Settings};
+use crate::run::{self, Observed, Outcome, Settings};
 use crate::shard::{self, Shard};
 use crate::spec::point::{value_text, Selector};
 use crate::spec::{self, Case, Spec};
 use crate::Exit;
-use kvcc_model::checker::Limits;
+use kvcc_model::checker::{Cutoff, Limits};
 use kvcc_model::InputError;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Duration;
+
+/// More workers than this only cost memory and start-up (each has its own arena and
+/// fingerprint cache) on any machine kvcc runs on.
+pub const THREADS_MAX: i64 = 256;
 
 /// Check specs: every matrix point of every spec, against its expected verdict.
 ///
@@ -22,14 +27,11 @@ use std::time::Duration;
 /// (property: clause, ...)` or `inconclusive (which limit)`), expectation, unique states,
 /// depth and time. Exit 0 when every verdict matches its expectation, 1 when any differs
 /// (a run cut by a limit never matches), 2 on a usage or input error (JSON and JUnit
-/// still say which). Under GitHub Actions (GITHUB_ACTIONS=true) each mismatch is also an
+/// still say which), 130 or 143 when SIGINT or SIGTERM stopped it (one line says what was
+/// cut; the table, JSON and JUnit report the checks that ran, the cut one inconclusive). Under GitHub Actions (GITHUB_ACTIONS=true) each mismatch is also an
 /// `::error` annotation at the spec line stating the expectation, and a table with the
 /// Markdown trace of every mismatch is appended to $GITHUB_STEP_SUMMARY. Progress goes to
 /// stderr: a bar on a terminal, a line every few seconds elsewhere.
-/// More workers than this only cost memory and start-up (each has its own arena and
-/// fingerprint cache) on any machine kvcc runs on.
-pub const THREADS_MAX: i64 = 256;
-
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -136,10 +138,18 @@ pub fn exec(args: Args) -> Exit {
         }
     }
     let identity = identity(&args, &plan, checks.len());
+    let interrupt = match Interrupt::install() {
+        Ok(interrupt) => interrupt,
+        Err(e) => {
+            let error = InputError::usage(format!("cannot install the SIGINT handler: {e}"));
+            return report::finish(&out, &[], &[error]);
+        }
+    };
     // Estimates feed the shard assignment and the terminal's ETA; a plain run piped to a
     // log needs neither, and skips the probes.
     let bar = !args.quiet && std::io::stderr().is_terminal();
     let mut settings = settings(&args);
+    settings.interrupt = Some(interrupt.flag());
     let costs = if args.shard.is_some() || bar {
         shard::estimate(&checks, &settings)
     } else {
@@ -159,6 +169,9 @@ pub fn exec(args: Args) -> Exit {
     let mut outcomes: Vec<Outcome> = Vec::new();
     for (n, &i) in selected.iter().enumerate() {
         let (spec, case) = checks[i];
+        if interrupt.signal().is_some() {
+            break;
+        }
         progress.start(n, &title(spec, case));
         let outcome = match run::check(spec, case, &settings) {
             Ok(o) => o,
@@ -181,7 +194,31 @@ pub fn exec(args: Args) -> Exit {
         outcomes.push(outcome);
     }
     drop(progress);
-    report::finish(&out, &outcomes, &[])
+    let exit = report::finish(&out, &outcomes, &[]);
+    match interrupt.signal() {
+        None => exit,
+        Some(signal) => {
+            eprintln!("{}", stopped(signal, &outcomes, selected.len()));
+            Exit::Signal(signal)
+        }
+    }
+}
+
+/// The one line a signal's stop prints: which check it cut, if one, and how many never ran.
+fn stopped(signal: i32, outcomes: &[Outcome], selected: usize) -> String {
+    let name = interrupt::name(signal);
+    let not_run = selected - outcomes.len();
+    let cut = outcomes
+        .last()
+        .filter(|o| matches!(&o.observed, Observed::Inconclusive(why) if *why == Cutoff::Interrupted.to_string()));
+    let cut = match cut {
+        Some(o) => format!("cut {} (inconclusive), ", o.title()),
+        None => String::new(),
+    };
+    format!(
+        "kvcc: stopped by {name}: {cut}{not_run} of {selected} checks not run; reported above are the {} that ran",
+        outcomes.len()
+    )
 }
 
 /// Loads every spec and builds every case before anything runs: all input errors at once.
@@ -287,6 +324,8 @@ fn settings(args: &Args) -> Settings {
         all_traces: args.all_traces,
         exact: args.exact,
         no_symmetry: args.no_symmetry,
+        // Set once the handler is installed, in `exec`.
+        interrupt: None,
     }
 }
 
