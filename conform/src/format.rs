@@ -18,9 +18,13 @@ use std::path::{Path, PathBuf};
 /// The format version this kvcc reads and writes.
 pub const FORMAT_VERSION: u64 = 1;
 
-/// The longest line a reader accepts: a line is held whole while it is parsed, so a file
-/// without newlines must not be read into memory.
-pub const LINE_BYTES_MAX: usize = 64 << 20;
+/// The longest line a reader accepts, its newline not counted. A line is held whole
+/// while it is parsed, and what it lists is held while its step is in flight, so a long
+/// line costs far more than its bytes (a 31 MB line of request ids took 3.5 GB). A real
+/// line holds one rank's output for one step: a few thousand request ids and the blocks
+/// of its failed loads, well under a MiB. Past this a reader stops, without reading the
+/// rest of the line, and names the field the line was in.
+pub const LINE_BYTES_MAX: usize = 4 << 20;
 
 pub const HEADER_FILE: &str = "header.json";
 pub const SCHEDULER_FILE: &str = "scheduler.jsonl";
@@ -273,8 +277,9 @@ impl<R: BufRead> Lines<R> {
     /// nothing in a recorded run is skipped.
     pub fn next_line(&mut self) -> Result<Option<Line<'_>>, InputError> {
         self.buf.clear();
+        // One byte past the cap: a line of exactly the cap still ends in its newline.
         let read =
-            read_line_capped(&mut self.reader, &mut self.buf, LINE_BYTES_MAX).map_err(|e| {
+            read_line_capped(&mut self.reader, &mut self.buf, LINE_BYTES_MAX + 1).map_err(|e| {
                 InputError::file(
                     &self.file,
                     format!("cannot read after line {}: {e}", self.line),
@@ -290,14 +295,8 @@ impl<R: BufRead> Lines<R> {
             if self.buf.last() == Some(&b'\r') {
                 self.buf.pop();
             }
-        } else if read >= LINE_BYTES_MAX {
-            return Err(InputError {
-                file: Some(self.file.clone()),
-                at: Some((self.line as usize, 1)),
-                field: None,
-                message: format!("line longer than {} MiB", LINE_BYTES_MAX >> 20),
-                ..InputError::default()
-            });
+        } else if read > LINE_BYTES_MAX {
+            return Err(too_long(&self.file, self.line, &self.buf));
         }
         if self.buf.iter().all(u8::is_ascii_whitespace) {
             return Err(InputError {
@@ -317,15 +316,18 @@ impl<R: BufRead> Lines<R> {
 
     /// Up to `max` lines, each parsed by `parse`, into `batch`; stops early at the end of
     /// the file (`Some(Ok(()))`) or at its first bad line (`Some(Err)`), and returns None
-    /// when the batch is full. Readers hand lines over in batches: one handoff between
-    /// threads per batch, not per line.
+    /// when the batch is full: `max` lines, or [`BATCH_BYTES_MAX`] bytes read for it, so
+    /// that a reader's batches ahead of the consumer are bounded in bytes as well as in
+    /// lines. Readers hand lines over in batches: one handoff between threads per
+    /// batch, not per line.
     pub fn read_batch<T>(
         &mut self,
         batch: &mut Vec<T>,
         max: usize,
         mut parse: impl FnMut(Line<'_>) -> Result<T, InputError>,
     ) -> Option<Result<(), InputError>> {
-        while batch.len() < max {
+        let until = self.bytes + BATCH_BYTES_MAX;
+        while batch.len() < max && self.bytes < until {
             match self.next_line() {
                 Ok(None) => return Some(Ok(())),
                 Ok(Some(line)) => match parse(line) {
@@ -337,6 +339,71 @@ impl<R: BufRead> Lines<R> {
         }
         None
     }
+}
+
+/// The bytes of lines one batch may hold (see [`Lines::read_batch`]): one line at the cap,
+/// many thousand real ones.
+pub const BATCH_BYTES_MAX: u64 = LINE_BYTES_MAX as u64;
+
+/// The error for line `line` of `file`, cut off at the cap after `start`: it names the
+/// field the line was in there, whose list (most likely) made it too long.
+fn too_long(file: &str, line: u64, start: &[u8]) -> InputError {
+    let (field, column) = match field_at_end(start) {
+        Some((field, column)) => (Some(field), column),
+        None => (None, 1),
+    };
+    InputError {
+        file: Some(file.to_string()),
+        at: Some((line as usize, column)),
+        field,
+        message: format!(
+            "line longer than {} MiB, the most one line may hold (one rank's output for one step); reading stopped there",
+            LINE_BYTES_MAX >> 20
+        ),
+        ..InputError::default()
+    }
+}
+
+/// The top-level field of a JSON object that the text `start`, cut off, ends inside, and
+/// the 1-based column of its key; None when it ends outside any field.
+fn field_at_end(start: &[u8]) -> Option<(String, usize)> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut string_start = 0;
+    // The last string at the object's own level, and the key that last took a value.
+    let mut last_string = None;
+    let mut key = None;
+    for (i, &byte) in start.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+                if depth == 1 {
+                    last_string = Some((string_start, i));
+                }
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                string_start = i + 1;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 1 => key = last_string.take(),
+            // A comma at the object's level closes the field before it.
+            b',' if depth == 1 => key = None,
+            _ => {}
+        }
+    }
+    let (from, to) = key?;
+    // The key's opening quote is at byte `from - 1`, so its 1-based column is `from`.
+    Some((String::from_utf8_lossy(&start[from..to]).into_owned(), from))
 }
 
 /// One line of a JSON Lines file.
@@ -617,6 +684,62 @@ mod tests {
             e.to_string(),
             "f:2:1: blank line: every line is one JSON object"
         );
+    }
+
+    #[test]
+    fn a_line_past_the_cap_names_its_field_without_being_read_whole() {
+        let ids = "\"r0\", ".repeat(LINE_BYTES_MAX / 6 + 1);
+        let long = format!("{{\"step\": 1, \"finished_sending\": [{ids}\"r1\"]}}\n");
+        let text = format!("{{\"step\": 0}}\n{long}{{\"step\": 2}}\n");
+        let mut l = lines(&text);
+        l.next_line().unwrap();
+        let e = l.next_line().unwrap_err();
+        assert_eq!(e.file.as_deref(), Some("f"));
+        assert_eq!(e.at, Some((2, 13)));
+        assert_eq!(e.field.as_deref(), Some("finished_sending"));
+        assert!(e.message.starts_with("line longer than 4 MiB"), "{e}");
+        // Stopped one byte past the cap: the rest of the line was never read.
+        assert_eq!(l.bytes, 12 + LINE_BYTES_MAX as u64 + 1);
+    }
+
+    #[test]
+    fn a_line_of_exactly_the_cap_is_read() {
+        let pad = LINE_BYTES_MAX - r#"{"step": 0, "x": ""}"#.len();
+        let line = format!("{{\"step\": 0, \"x\": \"{}\"}}", "a".repeat(pad));
+        assert_eq!(line.len(), LINE_BYTES_MAX);
+        let text = format!("{line}\n{{}}\n");
+        let mut l = lines(&text);
+        assert_eq!(l.next_line().unwrap().unwrap().text.len(), LINE_BYTES_MAX);
+        assert_eq!(l.next_line().unwrap().unwrap().number, 2);
+    }
+
+    #[test]
+    fn the_field_at_a_cut_is_the_last_key_at_the_objects_level() {
+        let at = |text: &str| field_at_end(text.as_bytes());
+        assert_eq!(
+            at(r#"{"step": 3, "finished_sending": ["a", "b"#),
+            Some(("finished_sending".into(), 13))
+        );
+        // Keys and colons inside strings and nested values do not count.
+        assert_eq!(
+            at(r#"{"a": {"b": 1}, "c": ["d:"e":", "#),
+            Some(("c".into(), 17))
+        );
+        assert_eq!(at(r#"{"step": 3, "#), None);
+        assert_eq!(at("    "), None);
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_bytes() {
+        let line = format!("{{\"x\": \"{}\"}}\n", "a".repeat(1 << 20));
+        let text = line.repeat(9);
+        let mut l = lines(&text);
+        let mut batch = Vec::new();
+        assert!(l
+            .read_batch(&mut batch, 64, |line| Ok(line.number))
+            .is_none());
+        // Full once 4 MiB were read: the fourth line crossed it.
+        assert_eq!(batch, vec![1, 2, 3, 4]);
     }
 
     #[test]

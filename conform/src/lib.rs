@@ -14,13 +14,14 @@
 //!   outputs to the consumer, which submits them after applying the events before that
 //!   step. A step cannot be aggregated before every rank submitted it, so no step
 //!   overtakes its events, while the other readers run ahead in parallel;
-//! - readers run a bounded number of steps ahead ([`reader::WINDOW`] batches of
-//!   [`reader::BATCH`]), ids are forgotten after their
-//!   lifetime ([`intern`]): memory follows the requests in flight, not the log.
+//! - readers run a bounded number of steps ahead ([`reader::WINDOW`] batches of at most
+//!   [`reader::BATCH`] lines and [`format::BATCH_BYTES_MAX`] bytes), ids are forgotten
+//!   after their lifetime ([`intern`]): memory follows the requests in flight, not the
+//!   log.
 //!
 //! Bad input (a missing header or rank file, an unknown rank file, a truncated or invalid
-//! line, a step out of order, rank files of different lengths) is an [`InputError`] with
-//! file and line; nothing is skipped.
+//! line, a line longer than [`format::LINE_BYTES_MAX`], a step out of order, rank files of
+//! different lengths) is an [`InputError`] with file and line; nothing is skipped.
 
 pub mod format;
 pub mod intern;

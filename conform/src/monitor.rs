@@ -3,7 +3,8 @@
 //!
 //! - `exactly-once`: an id emitted twice in one direction, or emitted to a scheduler that
 //!   no longer holds it; a rank reporting an id a second time (under `strict` the
-//!   aggregator refuses it, under `countdown` it counts it);
+//!   aggregator refuses it, under `countdown` it counts it); a request the scheduler log
+//!   frees twice ([`FREED_TWICE`], which only a recording can break);
 //! - `quorum-sound`: an id emitted before every rank owning part of its transfer reported
 //!   it (the header's `transfer_ranks` for sends, every rank for loads);
 //! - `count-conserved`: a countdown given more reports than it has room for (a stray
@@ -70,6 +71,24 @@ pub const PROPERTIES: [&str; 8] = [
     "eventually-woken",
     "aggregator-drains",
 ];
+
+/// A clause only a recording can break, declared once as the model's clauses are
+/// (`kvcc_model::properties`): the model's schedulers free a request once by
+/// construction, so the model has no rule for it.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordedClause {
+    pub property: &'static str,
+    pub clause: &'static str,
+    /// What it means, for reviewers.
+    pub meaning: &'static str,
+}
+
+/// A `freed` event for a request already freed, with no new lifetime between the two.
+pub const FREED_TWICE: RecordedClause = RecordedClause {
+    property: "exactly-once",
+    clause: "freed-twice",
+    meaning: "the scheduler freed a request's blocks a second time; vLLM's `_free_blocks` deletes the request from the scheduler's table, so the second free raises (engine crash)",
+};
 
 /// Where the scheduler has a request, from its events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +187,40 @@ struct StepReport {
     /// Already flagged `send-without-delayed-free` (so `unannounced-report` is not
     /// repeated for it).
     unprovenanced: bool,
+}
+
+/// The reports of one aggregated step, and the same looked up by request: a finding
+/// about one request needs that request's reports, and a scan of the whole step for each
+/// finding made a step of many reports (one long line) quadratic.
+struct StepReports {
+    /// As the ranks reported them: by rank, then direction, then id.
+    in_order: Vec<StepReport>,
+    /// By (direction, id, rank), sorted on first use; most steps never need it.
+    by_request: std::cell::OnceCell<Vec<StepReport>>,
+}
+
+impl StepReports {
+    fn new(in_order: Vec<StepReport>) -> StepReports {
+        StepReports {
+            in_order,
+            by_request: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The step's reports of `id` in `direction`, by rank (as reported: each rank's output
+    /// comes after the lower ranks').
+    fn of(&self, direction: Direction, id: IdNum) -> &[StepReport] {
+        let key = |r: &StepReport| (index(r.direction), r.id);
+        let sorted = self.by_request.get_or_init(|| {
+            let mut sorted = self.in_order.clone();
+            sorted.sort_unstable_by_key(|r| (key(r), r.rank));
+            sorted
+        });
+        let wanted = (index(direction), id);
+        let from = sorted.partition_point(|r| key(r) < wanted);
+        let to = sorted.partition_point(|r| key(r) <= wanted);
+        &sorted[from..to]
+    }
 }
 
 /// What the monitors are told about the run.
@@ -321,6 +374,12 @@ impl Monitor {
         let mut announce = None;
         let mut retire = None;
         let mut terminal = false;
+        if event == EventKind::Freed && t.phase == Phase::Freed {
+            let first = t.since;
+            let name = t.name.to_string();
+            self.freed_twice(step, line, name, first);
+            return Ok(());
+        }
         match event {
             EventKind::DelayFreed => {
                 t.phase = Phase::DelayFreed;
@@ -376,6 +435,32 @@ impl Monitor {
             self.due.entry(step + grace).or_default().push(id);
         }
         Ok(())
+    }
+
+    /// A `freed` event at `line`, before step `step`, for `name`, which the event
+    /// `first` had already freed. The request stays as the first free left it.
+    fn freed_twice(&mut self, step: Step, line: u64, name: String, first: Option<(Step, Loc)>) {
+        let mut at = vec![self.at(Loc {
+            file: SCHEDULER,
+            line,
+        })];
+        let mut when = String::new();
+        if let Some((first_step, loc)) = first {
+            at.push(self.at(loc));
+            when = format!(" (first before step {first_step})");
+        }
+        self.record(Finding {
+            property: FREED_TWICE.property,
+            clause: FREED_TWICE.clause,
+            request: name.clone(),
+            direction: None,
+            step: Some(step),
+            ranks: Vec::new(),
+            at,
+            message: format!(
+                "the scheduler freed {name} again before step {step}{when}; vLLM's scheduler no longer holds it after the first free, so the second raises (engine crash)"
+            ),
+        });
     }
 
     /// Before step `step` is aggregated, with the aggregator as it is after the previous
@@ -607,6 +692,7 @@ impl Monitor {
             self.flush(true);
             return;
         }
+        let reports = StepReports::new(reports);
         for violation in &outcome.violations {
             self.strict_violation(
                 step,
@@ -617,7 +703,7 @@ impl Monitor {
                 violation.rank,
             );
         }
-        for r in &reports {
+        for r in &reports.in_order {
             let t = self
                 .tracked
                 .get_mut(&r.id)
@@ -639,15 +725,16 @@ impl Monitor {
     fn strict_violation(
         &mut self,
         step: Step,
-        reports: &[StepReport],
+        reports: &StepReports,
         kind: ViolationKind,
         direction: Direction,
         id: IdNum,
         rank: Rank,
     ) {
         let Some(report) = reports
+            .of(direction, id)
             .iter()
-            .find(|r| r.id == id && r.rank == rank && r.direction == direction)
+            .find(|r| r.rank == rank)
             .copied()
         else {
             return;
@@ -714,7 +801,7 @@ impl Monitor {
         });
     }
 
-    fn emission(&mut self, step: Step, reports: &[StepReport], direction: Direction, id: IdNum) {
+    fn emission(&mut self, step: Step, reports: &StepReports, direction: Direction, id: IdNum) {
         let engine = self.setup.engine;
         let world = self.setup.world_size;
         let grace = self.setup.grace_steps;
@@ -759,10 +846,7 @@ impl Monitor {
             // The common case, a sound emission: nothing to say, so nothing to format.
             return;
         }
-        let this_step: Vec<&StepReport> = reports
-            .iter()
-            .filter(|r| r.id == id && r.direction == direction)
-            .collect();
+        let this_step: Vec<&StepReport> = reports.of(direction, id).iter().collect();
         let at: Vec<String> = this_step
             .iter()
             .rev()
@@ -1108,6 +1192,29 @@ pub fn ranks_phrase(ranks: &[Rank]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steps_reports_of_one_request_come_by_rank() {
+        let report = |rank: Rank, direction, id| StepReport {
+            direction,
+            id,
+            rank,
+            line: u64::from(rank) + 1,
+            unprovenanced: false,
+        };
+        let reports = StepReports::new(vec![
+            report(0, Direction::Sending, 7),
+            report(0, Direction::Recving, 7),
+            report(1, Direction::Sending, 3),
+            report(1, Direction::Sending, 7),
+            report(2, Direction::Sending, 7),
+        ]);
+        let ranks = |d, id| -> Vec<Rank> { reports.of(d, id).iter().map(|r| r.rank).collect() };
+        assert_eq!(ranks(Direction::Sending, 7), vec![0, 1, 2]);
+        assert_eq!(ranks(Direction::Recving, 7), vec![0]);
+        assert_eq!(ranks(Direction::Sending, 3), vec![1]);
+        assert!(ranks(Direction::Recving, 3).is_empty());
+    }
 
     #[test]
     fn rank_lists_read_as_prose() {

@@ -595,3 +595,74 @@ fn issue12_a_none_output_at_a_non_output_rank_is_flagged() {
     let (code, stdout, stderr) = run(&["conform", copy.path().to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}{stderr}");
 }
+
+/// Issue 23: a record line is capped at 4 MiB. A 31 MB line of request ids used to be
+/// read whole and took 3.5 GB; now reading stops at the cap, and the error names the file,
+/// the line and the field it was in, with exit 2.
+#[test]
+fn issue23_a_line_past_the_cap_is_refused_with_its_file_line_and_field() {
+    let ids: Vec<String> = (0..2_600_000).map(|i| format!("\"r{i:08}\"")).collect();
+    let long = format!(r#"{{"step": 1, "finished_sending": [{}]}}"#, ids.join(", "));
+    assert!(long.len() > 30_000_000);
+    let (h, mut ranks, sched) = good_run();
+    ranks[1][1] = long;
+    let dir = build(&h, &ranks, &sched);
+    let started = std::time::Instant::now();
+    let stderr = bad_input(&dir);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: {}:2:13: finished_sending: line longer than 4 MiB, the most one line may hold (one rank's output for one step); reading stopped there",
+            dir.file("rank-1.jsonl")
+        )
+    );
+
+    // The twin: a line just under the cap is read as any other.
+    let (h, mut ranks, sched) = good_run();
+    let mut blocks = String::new();
+    let mut block = 0u64;
+    while blocks.len() < (4 << 20) - 100 {
+        blocks += &format!("{block}, ");
+        block += 1;
+    }
+    ranks[1][2] = format!(r#"{{"step": 2, "invalid_block_ids": [{blocks}{block}]}}"#);
+    assert!(ranks[1][2].len() < 4 << 20);
+    let dir = build(&h, &ranks, &sched);
+    let (code, stdout, stderr) = run(&["conform", &dir.arg()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+}
+
+/// Issue 23: a request the scheduler log frees twice is a finding, `exactly-once:
+/// freed-twice` at the second free, then the first; it used to conform.
+#[test]
+fn issue23_a_request_freed_twice_is_a_finding() {
+    let (h, ranks, mut sched) = good_run();
+    sched.push(event(3, "freed", "req-a"));
+    let dir = build(&h, &ranks, &sched);
+    let (code, stdout, stderr) = run(&["conform", &dir.arg()]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let log = dir.file("scheduler.jsonl");
+    assert!(
+        stdout.contains("exactly-once: freed-twice — request req-a, step 3"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("    at {log}:3\n")), "{stdout}");
+    assert!(stdout.contains("1 finding (exactly-once)"), "{stdout}");
+
+    let (code, json, _) = run(&["conform", &dir.arg(), "--format", "json"]);
+    assert_eq!(code, 1);
+    let line: serde_json::Value = serde_json::from_str(json.trim()).expect("one JSON line");
+    let findings = line["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{json}");
+    assert_eq!(findings[0]["clause"], "freed-twice");
+    assert_eq!(
+        findings[0]["at"],
+        serde_json::json!([format!("{log}:3"), format!("{log}:2")])
+    );
+    assert_eq!(findings[0]["step"], 3);
+}

@@ -20,7 +20,8 @@ use kvcc_conform::{render, Options, RunReport};
 /// flight, not the size of the run.
 ///
 /// Exit 0 when every run conforms, 1 on a finding, 2 on bad input (a missing header or
-/// rank file, an unknown rank file, a truncated or invalid line, a step out of order).
+/// rank file, an unknown rank file, a truncated or invalid line, a line over 4 MiB, a
+/// step out of order).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
