@@ -50,8 +50,14 @@ fn raw(addr: &str, request: &str) -> (String, String) {
 /// Starts `kvcc explore SPEC` on a free loopback port; returns the explorer, its address
 /// once it answers, and the line it printed.
 fn start(spec: &str) -> (Explorer, String, String) {
+    start_with(spec, &[])
+}
+
+/// [`start`] with more arguments.
+fn start_with(spec: &str, args: &[&str]) -> (Explorer, String, String) {
     let child = kvcc()
         .args(["explore", spec, "--addr", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -231,4 +237,100 @@ fn explorer_refuses_requests_it_does_not_serve() {
     assert!(status.contains("431"), "{status}");
     let (status, _) = get(&addr, "/");
     assert!(status.contains("200"), "{status}");
+}
+
+/// The click on `explore-wide.toml` whose state has 843 successors.
+const WIDE_STATE: &str = "/.states/0/0/1/0/0";
+
+/// Issue 23: one click lists at most `--successors-max` successors (200 by default) and
+/// says how many it left out; it used to list all 843 of this state's, with a 17 MB
+/// answer after 10 s (3,724 successors took 75 s and 130 MB).
+#[test]
+fn issue23_a_click_lists_a_bounded_number_of_successors() {
+    let (_explorer, addr, _) = start(&fixture("explore-wide.toml"));
+    let started = Instant::now();
+    let (status, body) = get(&addr, WIDE_STATE);
+    let elapsed = started.elapsed();
+    assert!(status.contains("200"), "{status}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert!(body.len() < 8 << 20, "{} bytes", body.len());
+    let steps: serde_json::Value = serde_json::from_str(&body).expect("steps are JSON");
+    let steps = steps.as_array().unwrap();
+    assert_eq!(steps.len(), 201);
+    assert_eq!(steps[199]["actionIndex"], 199);
+    let last = &steps[200];
+    assert!(last.get("state").is_none(), "{last}");
+    assert!(last.get("actionIndex").is_none(), "{last}");
+    let text = last["action"].as_str().unwrap();
+    assert!(
+        text.starts_with("… 643 more of 843 successors not listed"),
+        "{text}"
+    );
+    // Every entry carries stateright's properties, as its own answer did.
+    assert!(last["properties"].as_array().unwrap().len() > 20, "{last}");
+    // A successor past the listed ones is still a state one can click on.
+    let (status, _) = get(&addr, &format!("{WIDE_STATE}/842"));
+    assert!(status.contains("200"), "{status}");
+    let (status, _) = get(&addr, &format!("{WIDE_STATE}/843"));
+    assert!(status.contains("404"), "{status}");
+}
+
+#[test]
+fn issue23_successors_max_sets_how_many_a_click_lists() {
+    let (_explorer, addr, _) = start_with(&fixture("seed-59325.toml"), &["--successors-max", "1"]);
+    let (status, body) = get(&addr, "/.states/0/0");
+    assert!(status.contains("200"), "{status}");
+    let steps: serde_json::Value = serde_json::from_str(&body).expect("steps are JSON");
+    let steps = steps.as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{body}");
+    assert!(
+        steps[1]["action"].as_str().unwrap().contains(
+            "the explorer lists a state's first 1 (kvcc explore --successors-max N lists more)"
+        ),
+        "{body}"
+    );
+    let (code, _, stderr) = run(&[
+        "explore",
+        &fixture("seed-59325.toml"),
+        "--successors-max",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
+/// The CPU time `pid` has used so far, from /proc/PID/stat (utime + stime).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a running process");
+    // Fields after the command's closing parenthesis: state is the 3rd field, utime the
+    // 14th and stime the 15th.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// Issue 23: a click's work stops when its client leaves, and a click never holds up the
+/// next one. stateright used to go on expanding the state after the client gave up, on
+/// its one server thread, so the next click waited for it.
+#[test]
+fn issue23_a_click_whose_client_left_stops_and_holds_nothing_up() {
+    let (explorer, addr, _) = start(&fixture("explore-wide.toml"));
+    let pid = explorer.0.id();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        write!(stream, "GET {WIDE_STATE} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        drop(stream);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_seconds(pid);
+    let started = Instant::now();
+    let (status, _) = get(&addr, "/.states/0");
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the next click waited {:?}",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_seconds(pid) - before;
+    assert!(spent < 0.5, "{spent} s of CPU after the clients left");
 }

@@ -13,8 +13,10 @@ use std::io::Write;
 ///
 /// States show as kvcc's named facts (`P req0: prefilling`) and actions in vLLM's
 /// vocabulary, as in traces. In a spec with a matrix, `--point` selects the point; when
-/// several match, the first is explored (and named). Prints the URL, then serves until
-/// stopped (Ctrl-C).
+/// several match, the first is explored (and named). A click lists at most
+/// `--successors-max` successors of a state (a last entry counts the rest) and stops
+/// after 10 s or when the browser leaves. Prints the URL, then serves until stopped
+/// (Ctrl-C).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -30,6 +32,11 @@ pub struct Args {
     /// Address to serve on; must be loopback. Port 0 picks a free port.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:3000")]
     pub addr: String,
+    /// Successors of a state one click lists; a last entry counts the rest. Raise it to
+    /// follow a path through a successor past the default.
+    #[arg(long, value_name = "N", default_value_t = explore::SUCCESSORS_LISTED as u64,
+          value_parser = clap::value_parser!(u64).range(1..=kvcc_model::checker::SUCCESSORS_MAX))]
+    pub successors_max: u64,
 }
 
 pub fn exec(args: Args) -> Exit {
@@ -39,7 +46,8 @@ pub fn exec(args: Args) -> Exit {
                 println!("kvcc explore: {title} at http://{addr}/ (Ctrl-C to stop)");
             }
             let _ = std::io::stdout().flush();
-            match explore::serve(model, listener) {
+            let successors_max = usize::try_from(args.successors_max).unwrap_or(usize::MAX);
+            match explore::serve(model, listener, successors_max) {
                 Ok(()) => Exit::Ok,
                 Err(e) => {
                     print_errors(&[e]);

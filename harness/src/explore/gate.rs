@@ -4,13 +4,16 @@
 //! kvcc listens itself and forwards only whole, well-formed requests to stateright on a
 //! private loopback port; each client gets a bounded number of connections, a deadline
 //! for its request head and a deadline for reading the answer, and the answer is buffered
-//! here so stateright's thread is never held by a slow reader.
+//! here so stateright's thread is never held by a slow reader. A click (`GET /.states...`)
+//! is answered here, bounded ([`super::click`]); only what is cheap reaches stateright.
 
+use super::click::{self, Answer, Limits, Stop};
+use kvcc_model::ContractModel;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a client may hold and how long it may take.
 #[derive(Clone, Copy, Debug)]
@@ -21,8 +24,10 @@ pub struct Bounds {
     pub total: usize,
     /// Time to send the whole request head, and to read the whole answer.
     pub client_deadline: Duration,
-    /// Time stateright may take to answer (one expansion of a state).
+    /// Time stateright may take to answer.
     pub backend_deadline: Duration,
+    /// What one click (a state's successors) may cost.
+    pub click: Limits,
 }
 
 impl Default for Bounds {
@@ -32,18 +37,29 @@ impl Default for Bounds {
             total: 128,
             client_deadline: Duration::from_secs(5),
             backend_deadline: Duration::from_secs(120),
+            click: Limits {
+                successors_max: SUCCESSORS_LISTED,
+                deadline: Duration::from_secs(10),
+            },
         }
     }
 }
 
+/// Successors one click lists by default: more than a reader takes in, and few enough that
+/// a state of 64 ranks' facts answers in a few MB.
+pub const SUCCESSORS_LISTED: usize = 200;
+
 /// A request head longer than this is refused (the explorer's longest path is a list of
 /// action indices).
 const MAX_HEAD: usize = 16 * 1024;
-/// An answer longer than this is cut off with a 502 (a state's successors as JSON).
+/// An answer longer than this is cut off with a 502 (stateright answers only its page and
+/// status now; a click is answered here).
 const MAX_ANSWER: usize = 256 * 1024 * 1024;
 
-/// Accepts on `listener` forever, forwarding to stateright at `backend`.
-pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds) {
+/// Accepts on `listener` forever, answering clicks on `model` and forwarding the rest to
+/// stateright at `backend`.
+pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds, model: ContractModel) {
+    let model = Arc::new(model);
     let open: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
@@ -66,8 +82,9 @@ pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds) {
             continue;
         }
         let open = Arc::clone(&open);
+        let model = Arc::clone(&model);
         std::thread::spawn(move || {
-            serve(stream, backend, bounds);
+            serve(stream, backend, bounds, &model);
             let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(count) = open.get_mut(&peer.ip()) {
                 *count -= 1;
@@ -80,12 +97,19 @@ pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds) {
 }
 
 /// One connection: one request, one answer, then close.
-fn serve(mut client: TcpStream, backend: SocketAddr, bounds: Bounds) {
+fn serve(mut client: TcpStream, backend: SocketAddr, bounds: Bounds, model: &ContractModel) {
     let _ = client.set_read_timeout(Some(bounds.client_deadline));
     let _ = client.set_write_timeout(Some(bounds.client_deadline));
     let answer = match read_head(&mut client, bounds.client_deadline) {
         Ok(head) => match request_line(&head) {
-            Some((method, path)) => forward(method, path, backend, bounds),
+            Some(("GET", path)) if path.starts_with(CLICK) => {
+                match click(&client, &path[CLICK.len()..], backend, bounds, model) {
+                    Some(answer) => answer,
+                    // The client left: nobody to answer.
+                    None => return,
+                }
+            }
+            Some((method, path)) => forward(method, path, backend, bounds.backend_deadline),
             None => Err("400 Bad Request"),
         },
         Err(status) => Err(status),
@@ -146,18 +170,99 @@ fn request_line(head: &[u8]) -> Option<(&str, &str)> {
         .then_some((method, path))
 }
 
-/// Asks stateright, on a connection of our own, and buffers its whole answer.
+/// The path of a click: the successors of a state (stateright's `/.states` endpoint).
+const CLICK: &str = "/.states";
+
+/// Answers a click on `path` (after `/.states`) within the click's limits; None when the
+/// client left before it was answered.
+fn click(
+    client: &TcpStream,
+    path: &str,
+    backend: SocketAddr,
+    bounds: Bounds,
+    model: &ContractModel,
+) -> Option<Result<Vec<u8>, &'static str>> {
+    let until = Instant::now() + bounds.click.deadline;
+    // Every entry carries the properties and what stateright's checker has discovered;
+    // only stateright knows the latter, and its status is cheap to ask for.
+    let properties = properties(backend, bounds.click.deadline);
+    let go_on = || {
+        if Instant::now() >= until {
+            Err(Stop::Deadline)
+        } else if gone(client) {
+            Err(Stop::ClientGone)
+        } else {
+            Ok(())
+        }
+    };
+    match click::answer(model, path, &properties, &bounds.click, go_on) {
+        Answer::Steps(json) => Some(Ok(with_head("200 OK", "application/json", json))),
+        Answer::NotFound(why) => Some(Ok(with_head(
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            why.into_bytes(),
+        ))),
+        Answer::Stopped(Stop::Deadline) => Some(Err("504 Gateway Timeout")),
+        Answer::Stopped(Stop::ClientGone) => None,
+    }
+}
+
+/// The `properties` of stateright's status: the model's properties and their discoveries
+/// so far; an empty list when stateright cannot say in time.
+fn properties(backend: SocketAddr, deadline: Duration) -> serde_json::Value {
+    let status = forward("GET", "/.status", backend, deadline).ok();
+    let body = status.as_deref().and_then(|answer| {
+        let at = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+        answer
+            .starts_with(b"HTTP/1.1 200")
+            .then(|| &answer[at + 4..])
+    });
+    body.and_then(|body| serde_json::from_slice::<serde_json::Value>(body).ok())
+        .and_then(|mut status| status.get_mut("properties").map(serde_json::Value::take))
+        .filter(serde_json::Value::is_array)
+        .unwrap_or_else(|| serde_json::json!([]))
+}
+
+/// Has the client gone: closed its end, or reset the connection? Asked between steps of
+/// a click's work, without waiting. A client that only stopped sending (a half-close)
+/// reads the same as one that left; browsers never do that.
+fn gone(client: &TcpStream) -> bool {
+    if client.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let gone = match client.peek(&mut [0u8; 1]) {
+        Ok(0) => true,
+        // More of a request than its head: still there.
+        Ok(_) => false,
+        Err(e) => e.kind() != ErrorKind::WouldBlock,
+    };
+    let _ = client.set_nonblocking(false);
+    gone
+}
+
+/// An HTTP answer of `body`.
+fn with_head(status: &str, content_type: &str, body: Vec<u8>) -> Vec<u8> {
+    let mut answer = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend(body);
+    answer
+}
+
+/// Asks stateright, on a connection of our own, and buffers its whole answer; stateright
+/// has `deadline` to answer.
 fn forward(
     method: &str,
     path: &str,
     backend: SocketAddr,
-    bounds: Bounds,
+    deadline: Duration,
 ) -> Result<Vec<u8>, &'static str> {
     let unavailable = "502 Bad Gateway";
-    let mut upstream =
-        TcpStream::connect_timeout(&backend, bounds.client_deadline).map_err(|_| unavailable)?;
-    let _ = upstream.set_read_timeout(Some(bounds.backend_deadline));
-    let _ = upstream.set_write_timeout(Some(bounds.backend_deadline));
+    let mut upstream = TcpStream::connect_timeout(&backend, deadline).map_err(|_| unavailable)?;
+    let _ = upstream.set_read_timeout(Some(deadline));
+    let _ = upstream.set_write_timeout(Some(deadline));
     write!(
         upstream,
         "{method} {path} HTTP/1.1\r\nHost: kvcc\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"

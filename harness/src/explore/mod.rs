@@ -1,6 +1,7 @@
 //! `kvcc explore`: stateright's web explorer over one case, on loopback only. States
 //! print as kvcc's named facts and actions in vLLM's vocabulary, as in traces.
 
+mod click;
 mod gate;
 
 use kvcc_model::ContractModel;
@@ -28,9 +29,17 @@ pub fn loopback(addr: &str) -> Result<TcpListener, InputError> {
         .map_err(|e| InputError::usage(format!("--addr {addr}: cannot listen: {e}")))
 }
 
+/// Successors one click lists unless `kvcc explore --successors-max` says otherwise.
+pub const SUCCESSORS_LISTED: usize = gate::SUCCESSORS_LISTED;
+
 /// Serves the explorer on `listener` until the process is stopped: stateright's server
-/// listens on a private loopback port behind kvcc's [`gate`].
-pub fn serve(model: ContractModel, listener: TcpListener) -> Result<(), InputError> {
+/// listens on a private loopback port behind kvcc's [`gate`], which answers clicks itself,
+/// listing at most `successors_max` successors of a state.
+pub fn serve(
+    model: ContractModel,
+    listener: TcpListener,
+    successors_max: usize,
+) -> Result<(), InputError> {
     use stateright::Model;
     let internal = |e: std::io::Error| InputError::usage(format!("explorer: {e}"));
     // stateright serves its page from `./ui/` when the working directory has one: run it
@@ -41,6 +50,7 @@ pub fn serve(model: ContractModel, listener: TcpListener) -> Result<(), InputErr
     let backend = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map_err(internal)?;
+    let clicks = model.clone();
     std::thread::spawn(move || model.checker().serve(backend));
     // Open the door only once stateright answers behind it.
     let up = (0..200).any(|_| {
@@ -54,7 +64,9 @@ pub fn serve(model: ContractModel, listener: TcpListener) -> Result<(), InputErr
             "explorer: stateright's server did not start on {backend}"
         )));
     }
-    gate::run(listener, backend, gate::Bounds::default());
+    let mut bounds = gate::Bounds::default();
+    bounds.click.successors_max = successors_max;
+    gate::run(listener, backend, bounds, clicks);
     drop(empty);
     Ok(())
 }
