@@ -191,23 +191,29 @@ fn issue16_smaller_defects_get_located_messages() {
     assert!(stderr.contains("not in 1..=256"), "{stderr}");
 }
 
-#[test]
-fn issue16_a_recorded_run_whose_files_link_to_a_device_is_refused() {
+/// Each of a recorded run's files in turn replaced by `replace` (given the emptied path)
+/// in a copy of a fixture run, and the copy conformed: refused as not a regular file.
+fn each_run_file_refused_when(replace: impl Fn(&Path)) {
     let fixture_run = root().join("tests/fixtures/runs/strict-duplicate");
-    for linked in ["header.json", "rank-1.jsonl", "scheduler.jsonl"] {
+    for replaced in ["header.json", "rank-1.jsonl", "scheduler.jsonl"] {
         let dir = tempfile::tempdir().unwrap();
         for entry in std::fs::read_dir(&fixture_run).unwrap() {
             let path = entry.unwrap().path();
             std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
         }
-        let target = dir.path().join(linked);
+        let target = dir.path().join(replaced);
         std::fs::remove_file(&target).unwrap();
-        std::os::unix::fs::symlink("/dev/zero", &target).unwrap();
+        replace(&target);
         refused_quickly(
             &["conform", dir.path().to_str().unwrap()],
             "not a regular file",
         );
     }
+}
+
+#[test]
+fn issue16_a_recorded_run_whose_files_link_to_a_device_is_refused() {
+    each_run_file_refused_when(|target| std::os::unix::fs::symlink("/dev/zero", target).unwrap());
 }
 
 /// Runs a check of a hostile fixture with `limits` on `threads` threads; returns its
@@ -287,18 +293,7 @@ fn issue23_a_fifo_is_refused_at_once_by_every_reader() {
     refused_quickly(&["replay", &trace], not_regular);
 
     // A file of a recorded run.
-    let fixture_run = root().join("tests/fixtures/runs/strict-duplicate");
-    for replaced in ["header.json", "rank-1.jsonl", "scheduler.jsonl"] {
-        let run_dir = tempfile::tempdir().unwrap();
-        for entry in std::fs::read_dir(&fixture_run).unwrap() {
-            let path = entry.unwrap().path();
-            std::fs::copy(&path, run_dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-        let target = run_dir.path().join(replaced);
-        std::fs::remove_file(&target).unwrap();
-        mkfifo(&target);
-        refused_quickly(&["conform", run_dir.path().to_str().unwrap()], not_regular);
-    }
+    each_run_file_refused_when(mkfifo);
 
     // A shard file.
     refused_quickly(&["merge", fifo], not_regular);
