@@ -196,12 +196,10 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
             depth: c.steps.len(),
         })
         .collect();
-    let observed = match (&report.verdict, &report.cutoff) {
-        (Verdict::Inconclusive(cut), _) | (Verdict::Violated, Some(cut)) => {
-            Observed::Inconclusive(cut.to_string())
-        }
-        (Verdict::Violated, None) => Observed::Violated,
-        (Verdict::Holds, _) => Observed::Holds,
+    let observed = match (report.cut(), &report.verdict) {
+        (Some(cut), _) => Observed::Inconclusive(cut.to_string()),
+        (None, Verdict::Violated) => Observed::Violated,
+        (None, _) => Observed::Holds,
     };
     let mut outcome = Outcome {
         spec: spec.name.clone(),

@@ -99,11 +99,7 @@ fn probe(config: kvcc_model::Config, limits: &Limits, settings: &Settings) -> u6
         ..Options::default()
     };
     let report = checker::check(&ContractModel::new(config), &options);
-    let cut = report.cutoff.as_ref().or(match &report.verdict {
-        checker::Verdict::Inconclusive(cutoff) => Some(cutoff),
-        _ => None,
-    });
-    match cut {
+    match report.cut() {
         Some(Cutoff::Time(_) | Cutoff::Memory(_) | Cutoff::Interrupted) => PROBE_STATES_MAX,
         _ => report.unique_states,
     }

@@ -79,10 +79,7 @@ fn answer(report: &Report<ContractModel>) -> Answer {
 
 /// Whether a report saw its whole state space.
 fn whole(report: &Report<ContractModel>) -> bool {
-    matches!(
-        report.verdict,
-        checker::Verdict::Holds | checker::Verdict::Violated
-    ) && report.cutoff.is_none()
+    report.cut().is_none()
 }
 
 /// Unique states stateright's own BFS finds without symmetry, explored to the end (by

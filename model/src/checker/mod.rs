@@ -367,6 +367,15 @@ impl<M: stateright::Model> Report<M> {
         (!self.exact).then(|| collision_probability(self.unique_states))
     }
 
+    /// What cut this search short, if anything: the verdict's cut when it is
+    /// inconclusive, or the limit also hit while violations were found.
+    pub fn cut(&self) -> Option<&Cutoff> {
+        match &self.verdict {
+            Verdict::Inconclusive(cut) => Some(cut),
+            _ => self.cutoff.as_ref(),
+        }
+    }
+
     pub fn states_per_second(&self) -> f64 {
         self.unique_states as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
