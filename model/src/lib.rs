@@ -17,6 +17,7 @@ pub mod describe;
 pub mod engine;
 pub mod input;
 pub mod lease;
+pub mod message;
 pub mod model;
 pub mod narrate;
 pub mod offload;
