@@ -255,7 +255,9 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
                 // past the wake-up D's log has nothing more for the connector.
                 DecodePhase::Loaded => Some(EventKind::Woken),
                 DecodePhase::Running if a.decode == DecodePhase::Loading => Some(EventKind::Woken),
-                DecodePhase::Failed => Some(EventKind::LoadFailed),
+                // Under `recompute` (with a pool) the failed load sends it back to
+                // WAITING; without a pool it runs at once, and is logged as woken.
+                DecodePhase::Failed | DecodePhase::Recomputing => Some(EventKind::LoadFailed),
                 DecodePhase::Freed if a.decode != DecodePhase::Loaded => Some(EventKind::Freed),
                 // An abort (already logged), a request D never admitted, or one past its
                 // wake-up.

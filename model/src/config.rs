@@ -442,6 +442,26 @@ pub struct Scheduler {
     /// What P's scheduler makes of the in-flight output of a request it preempted in
     /// its final step (`faults.final-step-preempted`).
     pub final_step_preemption: FinalStepPreemption,
+    /// What D's scheduler does with a request whose remote load failed.
+    pub kv_load_failure_policy: KvLoadFailurePolicy,
+}
+
+/// vLLM's `kv_load_failure_policy` (vllm/config/kv_transfer.py; the scheduler's
+/// `_handle_failed_recving` and `_handle_invalid_blocks`, then
+/// `_update_waiting_for_remote_kv`, in v1/core/sched/scheduler.py; vLLM PR #26171 and
+/// its follow-ups).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvLoadFailurePolicy {
+    /// The request is finished with an error (`FINISHED_ERROR`) in the step that
+    /// reports the failure, and its blocks go back to the pool (current vLLM's default).
+    #[default]
+    Fail,
+    /// The request is not failed: its computed tokens are reset to the last valid block
+    /// (none, for a load that failed outright) and, once the workers report the load
+    /// finished, its blocks are released and it goes back to WAITING where it stood in
+    /// the queue, to be prefilled locally: it needs the whole sequence's blocks again.
+    Recompute,
 }
 
 /// With async scheduling a step's output arrives after the next step was scheduled, so

@@ -508,6 +508,9 @@ pub fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
         DecodePhase::Loaded => "KV loaded, WAITING for the block to run (prefix block held)",
         DecodePhase::Done => "finished, blocks returned",
         DecodePhase::Deferred => "skipped, no blocks: its lookup has not answered",
+        DecodePhase::Recomputing => {
+            "load failed, WAITING to be prefilled locally (kv_load_failure_policy=recompute), no blocks yet"
+        }
         DecodePhase::LookedUp => {
             "skipped, no blocks: lookup answered, to be admitted where it stands"
         }

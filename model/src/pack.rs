@@ -46,7 +46,7 @@ macro_rules! codes {
 
 codes! {
     PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed, FinishedEmpty }
-    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp }
+    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp, Recomputing }
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
     StorePhase { NotUsed, Storing, Stored, Leaked }
     LoadPhase { NotUsed, Loading, Done, Reported }
@@ -242,6 +242,7 @@ mod tests {
             D::Done,
             D::Deferred,
             D::LookedUp,
+            D::Recomputing,
         ]);
         round_trip(&[
             Metadata::NotQueued,

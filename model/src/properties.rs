@@ -128,9 +128,14 @@ fn woken_after_handles(_: &Config, s: &State) -> bool {
     })
 }
 
+/// A request D runs after a failed load, which its scheduler never heard of as failed.
+/// (Under `kv_load_failure_policy = "recompute"` a reported failure runs it too, from a
+/// local prefill.)
 fn failures_not_reported_as_success(_: &Config, s: &State) -> bool {
     requests(s).all(|r| {
-        s.requests[usize::from(r)].decode != DecodePhase::Running
+        let request = &s.requests[usize::from(r)];
+        request.decode != DecodePhase::Running
+            || request.emitted & Request::EMITTED_FAILURE != 0
             || handles_of_request(s, r).all(|h| h != HandlePhase::Failed)
     })
 }

@@ -8,7 +8,7 @@
 
 use crate::config::{
     AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, FinalStepPreemption,
-    LoadReservation, ScanOrder, Stepping,
+    KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping,
 };
 use crate::state::{
     DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
@@ -112,6 +112,8 @@ pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
                 continue;
             }
             DecodePhase::Loaded => 1,
+            // A local prefill: the whole sequence at once, nothing to load.
+            DecodePhase::Recomputing => 2,
             _ if blockless_ahead
                 && config.scheduler.admission_behind_skipped == AdmissionBehindSkipped::Refused =>
             {
@@ -128,7 +130,7 @@ pub fn schedule_decode(config: &Config, state: &mut State) -> Option<ScanStop> {
                 free,
             });
         }
-        if phase == DecodePhase::Loaded {
+        if matches!(phase, DecodePhase::Loaded | DecodePhase::Recomputing) {
             state.requests[usize::from(r)].decode = DecodePhase::Running;
         } else {
             start_load(config, state, r);
@@ -211,6 +213,8 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
         | DecodePhase::Queued
         | DecodePhase::Deferred
         | DecodePhase::LookedUp => request.decode = DecodePhase::Gone,
+        // Back in WAITING after its failed load: freed as any waiting request is.
+        DecodePhase::Recomputing => request.decode = DecodePhase::Freed,
         // Loaded: the workers are done writing, its blocks go at once.
         DecodePhase::Loaded => request.decode = DecodePhase::Freed,
         DecodePhase::Loading => match config.scheduler.abort_loading {
@@ -299,8 +303,15 @@ pub fn on_decode_outcome(config: &Config, state: &mut State, outcome: &StepOutco
         note_emission(state, r, Request::EMITTED_RECV);
         let failed = outcome.failed_recving.contains(&r);
         let request = &mut state.requests[usize::from(r)];
+        if failed && request.decode == DecodePhase::Loading {
+            request.emitted |= Request::EMITTED_FAILURE;
+        }
         request.decode = match request.decode {
-            DecodePhase::Loading if failed => DecodePhase::Failed,
+            DecodePhase::Loading if failed => match config.scheduler.kv_load_failure_policy {
+                KvLoadFailurePolicy::Fail => DecodePhase::Failed,
+                KvLoadFailurePolicy::Recompute if pooled => DecodePhase::Recomputing,
+                KvLoadFailurePolicy::Recompute => DecodePhase::Running,
+            },
             DecodePhase::Loading if pooled => DecodePhase::Loaded,
             DecodePhase::Loading => DecodePhase::Running,
             DecodePhase::AbortedLoading => DecodePhase::Freed,

@@ -78,6 +78,11 @@ pub enum DecodePhase {
     /// Still skipped with no blocks, its lookup answered: the next scan to reach it tries
     /// to admit it where it stands.
     LookedUp,
+    /// Its load failed and `kv_load_failure_policy = "recompute"` sent it back to
+    /// WAITING, in its place by arrival, its blocks released: the scan admits it as a
+    /// local prefill, which needs the whole sequence's blocks. Only with a finite pool:
+    /// without one it runs at once.
+    Recomputing,
 }
 
 impl DecodePhase {
@@ -107,6 +112,7 @@ impl DecodePhase {
                 | DecodePhase::Deferred
                 | DecodePhase::LookedUp
                 | DecodePhase::Loaded
+                | DecodePhase::Recomputing
         )
     }
 
@@ -280,7 +286,8 @@ pub struct Request {
     /// D hit its whole prompt in the local prefix cache: no reads, notify-only.
     pub prefix_hit: bool,
     pub aborted: bool,
-    /// Emissions so far: bit 0 sends (P), bit 1 loads (P), bit 2 receives (D).
+    /// Emissions so far: bit 0 sends (P), bit 1 loads (P), bit 2 receives (D), bit 3 a
+    /// failed load D's scheduler acted on (`failed_recving` or invalid blocks).
     pub emitted: u8,
     /// How a lease came to free it, kept (with leases on) until P frees its blocks:
     /// [`Request::FAULTED`], [`Request::LEASE_EXPIRED`].
@@ -298,6 +305,7 @@ impl Request {
     pub const EMITTED_SEND: u8 = 1;
     pub const EMITTED_LOAD: u8 = 2;
     pub const EMITTED_RECV: u8 = 4;
+    pub const EMITTED_FAILURE: u8 = 8;
     /// An injected fault touched the request (its own, or a lost engine output).
     pub const FAULTED: u8 = 1;
     /// A P rank's lease on it expired.
@@ -469,7 +477,7 @@ impl State {
             DecodePhase::Deferred => 2,
             DecodePhase::LookedUp => 3,
             DecodePhase::Loading => 4,
-            DecodePhase::AbortedLoading | DecodePhase::Loaded => 5,
+            DecodePhase::AbortedLoading | DecodePhase::Loaded | DecodePhase::Recomputing => 5,
             DecodePhase::Running => 6,
             _ => 7,
         };

@@ -359,6 +359,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "final-step-preemption",
         &["\"drops-stale-output\"", "\"finishes-empty\""],
     ),
+    (
+        "scheduler",
+        "kv-load-failure-policy",
+        &["\"fail\"", "\"recompute\""],
+    ),
     ("faults", "client-abort", &["false", "true"]),
     ("faults", "final-step-preempted", &["false", "true"]),
     ("faults", "lost-notification", &["false", "true"]),
