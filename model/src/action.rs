@@ -60,12 +60,18 @@ pub enum Action {
         request: RequestId,
         ok: bool,
     },
-    /// A read handle completes and notifies its P rank (unless the notification is lost).
+    /// A read handle completes and notifies its P rank (unless the notification is lost;
+    /// twice when it is duplicated, `delivery.notification`).
     ReadCompletes {
         handle: u16,
         request: RequestId,
         notification_lost: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        notification_duplicated: bool,
     },
+    /// One of the D notifications on their way to a P rank arrives
+    /// (`delivery.notification` late or duplicated).
+    NotificationArrives { rank: Rank, request: RequestId },
     /// A read handle fails mid-transfer.
     ReadFails { handle: u16, request: RequestId },
     /// The offloading child on a D worker finishes loading its part of a request (two
@@ -116,6 +122,7 @@ impl Action {
             | Action::DecodeAdmits { .. }
             | Action::HandshakeCompletes { .. }
             | Action::ReadCompletes { .. }
+            | Action::NotificationArrives { .. }
             | Action::DecodeEngineSteps { .. }
             | Action::DecodeChildLoads { .. }
             | Action::DecodeFinishes { .. }

@@ -39,6 +39,23 @@ pub struct Config {
     pub scheduler: Scheduler,
     #[serde(default)]
     pub faults: Faults,
+    #[serde(default)]
+    pub delivery: Delivery,
+}
+
+/// The delivery faults a spec injects, per message that crosses a boundary (`[delivery]`;
+/// the messages and what their receivers do in each state: docs/contracts.md §11,
+/// [`crate::message`]). Off by default: vLLM's transports deliver these messages once
+/// and promptly enough for the orders the model already explores.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Delivery {
+    /// D's notification to the P rank it read ("request_id:expected_consumers", sent by
+    /// NIXL with the read; counted by the P worker's `_get_new_notifs`). `late`: it
+    /// travels as an event of its own, so P's lease, its reaper and its reports may all
+    /// move on before it arrives; `duplicated`: a read's notification arrives twice;
+    /// `lost`: it never arrives (also spelled `faults.lost-notification`).
+    pub notification: Vec<crate::message::Delivery>,
 }
 
 fn one() -> u8 {
@@ -731,6 +748,12 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl Config {
+    /// May `fault` hit D's notifications to P?
+    pub fn notification_delivery(&self, fault: crate::message::Delivery) -> bool {
+        self.delivery.notification.contains(&fault)
+            || (fault == crate::message::Delivery::Lost && self.faults.lost_notification)
+    }
+
     /// Rejects impossible topologies and contradictory behaviours.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |field: &str, message: String| {
@@ -853,6 +876,10 @@ impl Config {
                     self.consumer.prefix_hit != PrefixHit::Off,
                 ),
                 ("faults.lost-notification", self.faults.lost_notification),
+                (
+                    "delivery.notification",
+                    !self.delivery.notification.is_empty(),
+                ),
                 ("faults.transfer-error", self.faults.transfer_error),
                 ("faults.handshake-failure", self.faults.handshake_failure),
                 (
@@ -879,6 +906,15 @@ impl Config {
                 "faults.push-write-fails",
                 "needs transfer = \"push-writes\" (in pull mode a failed read is faults.transfer-error)".into(),
             );
+        }
+        for fault in &self.delivery.notification {
+            if !crate::message::message("notification").is_some_and(|m| m.delivery.contains(fault))
+            {
+                return err(
+                    "delivery.notification",
+                    format!("kvcc cannot inject {} delivery on it", fault.name()),
+                );
+            }
         }
         match self.decode.kv_blocks {
             Some(blocks) if !(2..=2 * self.requests).contains(&blocks) => {
@@ -983,6 +1019,7 @@ pub(crate) mod tests {
             consumer: Consumer::default(),
             scheduler: Scheduler::default(),
             faults: Faults::default(),
+            delivery: Delivery::default(),
         }
     }
 

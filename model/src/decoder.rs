@@ -70,13 +70,14 @@ pub fn complete_handshake(
     settle(config, state, decoder, r);
 }
 
-/// A read finishes; its notification reaches P unless lost.
+/// A read finishes and D sends `notifications` notifications for it (1; 0 when lost; 2
+/// when duplicated).
 pub fn complete_read(
     config: &Config,
     state: &mut State,
     handle: usize,
     r: RequestId,
-    notification_lost: bool,
+    notifications: u8,
 ) {
     *state.handle_mut(handle, r) = HandlePhase::Done;
     let plan = state.topology().handles[handle];
@@ -84,8 +85,8 @@ pub fn complete_read(
         // P's WRITE: P sees its own completion; its notification reaches D, whose count
         // is the WRITEs into it that are done.
         rank::own_write_done(config, state, plan.source, r);
-    } else if !notification_lost {
-        rank::receive_notification(state, plan.source, r);
+    } else {
+        rank::send_notification(state, plan.source, r, notifications);
     }
     settle(config, state, plan.decoder, r);
 }
@@ -126,7 +127,7 @@ fn settle(config: &Config, state: &mut State, decoder: Rank, r: RequestId) {
         let topology = state.topology();
         if !topology.notify_only_unrecognised {
             for plan in topology.notify_only.iter().filter(|h| h.decoder == decoder) {
-                rank::receive_notification(state, plan.source, r);
+                rank::send_notification(state, plan.source, r, 1);
             }
         }
     }

@@ -50,6 +50,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::LeaseExpires { rank, request } => {
             format!("P rank {rank}: lease on req{request} expires")
         }
+        Action::NotificationArrives { rank, request } => {
+            format!("P rank {rank}: a D notification for req{request} arrives")
+        }
         Action::PrefillPreemptedInFinalStep { request } => format!(
             "[FAULT] P scheduler: preempts req{request} (blocks freed) while its final step's output is in flight"
         ),
@@ -101,9 +104,12 @@ pub fn action(t: &Topology, action: &Action) -> String {
             handle,
             request,
             notification_lost,
+            notification_duplicated,
         } => {
             let note = if notification_lost {
                 ", notification LOST [FAULT]"
+            } else if notification_duplicated {
+                ", notification DUPLICATED [FAULT]"
             } else {
                 ""
             };
@@ -204,6 +210,7 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::PrefillWorkerLoads { .. } => "PrefillWorkerLoads",
         Action::PrefillEngineSteps { .. } => "PrefillEngineSteps",
         Action::LeaseExpires { .. } => "LeaseExpires",
+        Action::NotificationArrives { .. } => "NotificationArrives",
         Action::OffloadStoreRaises { .. } => "OffloadStoreRaises",
         Action::PrefillPreempted { .. } => "PrefillPreempted",
         Action::PrefillPreemptedInFinalStep { .. } => "PrefillPreemptedInFinalStep",
@@ -347,6 +354,16 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
                         Value::Int(i64::from(t.expected_consumers[usize::from(rank)])),
                     ]),
                 );
+                if t.notifications_travel {
+                    facts.insert(
+                        format!("P rank{rank} req{i} notifications on their way"),
+                        Value::Int(i64::from(cell.in_flight)),
+                    );
+                    facts.insert(
+                        format!("P rank{rank} req{i} notifications dropped (unrecognized)"),
+                        Value::Int(i64::from(cell.dropped)),
+                    );
+                }
             }
             if cell.store != StorePhase::NotUsed {
                 facts.insert(

@@ -22,9 +22,12 @@ pub fn may_expire(config: &Config, state: &State, rank: Rank, r: RequestId) -> b
 
 /// Would `rank`'s lease on `r` expiring now be the `late-read-after-lease` fault (D is
 /// still reading, or will, and keeps it alive)? Then the expiry is the fault, not the
-/// rescue from one.
+/// rescue from one. So is an expiry that overtakes a notification on its way (a late
+/// delivery, `delivery.notification`): D read in time, and the lease frees what the
+/// notification would have.
 pub fn expiry_is_a_fault(config: &Config, state: &State, rank: Rank, r: RequestId) -> bool {
-    config.faults.late_read_after_lease && d_steps(config) && d_keeps_alive(state, rank, r)
+    (config.faults.late_read_after_lease && d_steps(config) && d_keeps_alive(state, rank, r))
+        || state.prefill_cell(rank, r).in_flight > 0
 }
 
 /// Does D's engine step for its waiting requests at all? D's worker-side connector runs

@@ -37,7 +37,10 @@ impl Party {
 }
 
 /// A delivery fault a spec may inject on a message (`[delivery]`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum Delivery {
     /// Delivered after the receiver's own bookkeeping moved on: the message travels as an
     /// event of its own, so anything else may happen before it arrives.

@@ -10,6 +10,7 @@
 
 pub use crate::action::Action;
 use crate::config::{Config, FailedStep, FailedStore, PrefixHit};
+use crate::message::Delivery;
 use crate::offload::{self, StoresDone};
 use crate::properties::{Kind, CLAUSES};
 use crate::state::{
@@ -56,6 +57,8 @@ impl ContractModel {
         let mut prefill_aggregator = Aggregator::new(policy, t.prefill_expected);
         let cell = PrefillCell {
             notifications: 0,
+            in_flight: 0,
+            dropped: 0,
             send: SendPhase::InBatch,
             store: StorePhase::NotUsed,
             stale_store: StaleStore::None,
@@ -143,6 +146,9 @@ impl ContractModel {
                 if lease::may_expire(c, state, rank, r) {
                     actions.push(Action::LeaseExpires { rank, request: r });
                 }
+                if cell.in_flight > 0 {
+                    actions.push(Action::NotificationArrives { rank, request: r });
+                }
             }
             let p_finished = matches!(
                 q.prefill,
@@ -212,17 +218,21 @@ impl ContractModel {
             for h in 0..t.handles.len() {
                 if state.handle(h, r) == HandlePhase::Reading {
                     let handle = h as u16;
-                    actions.push(Action::ReadCompletes {
-                        handle,
-                        request: r,
-                        notification_lost: false,
-                    });
-                    if faults.lost_notification {
-                        actions.push(Action::ReadCompletes {
-                            handle,
-                            request: r,
-                            notification_lost: true,
-                        });
+                    for (notification_lost, notification_duplicated) in
+                        [(false, false), (true, false), (false, true)]
+                    {
+                        let injected = (notification_lost
+                            && !c.notification_delivery(Delivery::Lost))
+                            || (notification_duplicated
+                                && (t.push || !c.notification_delivery(Delivery::Duplicated)));
+                        if !injected {
+                            actions.push(Action::ReadCompletes {
+                                handle,
+                                request: r,
+                                notification_lost,
+                                notification_duplicated,
+                            });
+                        }
                     }
                     if faults.transfer_error || faults.push_write_fails {
                         actions.push(Action::ReadFails { handle, request: r });
@@ -392,13 +402,21 @@ impl ContractModel {
                 handle,
                 request,
                 notification_lost,
+                notification_duplicated,
             } => decoder::complete_read(
                 c,
                 &mut next,
                 usize::from(handle),
                 request,
-                notification_lost,
+                match (notification_lost, notification_duplicated) {
+                    (true, _) => 0,
+                    (false, true) => 2,
+                    (false, false) => 1,
+                },
             ),
+            Action::NotificationArrives { rank, request } => {
+                crate::rank::notification_arrives(&mut next, rank, request)
+            }
             Action::ReadFails { handle, request } => {
                 decoder::fail_read(c, &mut next, usize::from(handle), request)
             }
@@ -449,8 +467,10 @@ impl ContractModel {
         action.is_injected_only()
             || match *action {
                 Action::ReadCompletes {
-                    notification_lost, ..
-                } => notification_lost,
+                    notification_lost,
+                    notification_duplicated,
+                    ..
+                } => notification_lost || notification_duplicated,
                 Action::HandshakeCompletes { ok, .. } => !ok,
                 // A newly announced count is a behaviour the spec enables
                 // (`announced-count`), not an injected fault.

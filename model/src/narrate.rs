@@ -151,6 +151,9 @@ struct Notification {
     counted: bool,
     /// Carried an id P does not recognise (`consumer.mla-notify-id`).
     unrecognised: bool,
+    /// Sent, and on its way: it arrives as an event of its own (`delivery.notification`);
+    /// `copies` of it (two when duplicated).
+    on_its_way: u8,
 }
 
 /// What carries a notify-only message, in [`Notification::via`].
@@ -182,6 +185,7 @@ fn notifications(
             handle,
             request,
             notification_lost,
+            ..
         } => {
             let plan = t.handles[usize::from(handle)];
             sent.push((plan, request, notification_lost, "notification"));
@@ -243,16 +247,53 @@ fn notifications(
                 entry.2 = entry.2.saturating_sub(1);
                 counted
             };
+            let unrecognised = via == NOTIFY_ONLY && t.notify_only_unrecognised;
+            let on_its_way = if lost || unrecognised || !t.notifications_travel {
+                0
+            } else {
+                duplicated(action) + 1
+            };
             Notification {
                 plan,
                 request,
                 via,
                 lost,
                 counted,
-                unrecognised: via == NOTIFY_ONLY && t.notify_only_unrecognised,
+                unrecognised,
+                on_its_way,
             }
         })
         .collect()
+}
+
+/// 1 when `action` is a read whose notification is duplicated, else 0.
+fn duplicated(action: &Action) -> u8 {
+    u8::from(matches!(
+        action,
+        Action::ReadCompletes {
+            notification_duplicated: true,
+            ..
+        }
+    ))
+}
+
+/// What a notification on its way does when it arrives at P rank `rank`.
+fn arrival_words(t: &Topology, rank: Rank, r: RequestId, before: &State, after: &State) -> String {
+    let cell = after.prefill_cell(rank, r);
+    if cell.dropped > before.prefill_cell(rank, r).dropped {
+        return format!(
+            "P rank {rank} no longer tracks req{r}: it logs the notification as for an unrecognized request and drops it"
+        );
+    }
+    let expected = t.expected_consumers[usize::from(rank)];
+    let mut line = format!(
+        "P rank {rank} counts a D notification for req{r} ({}/{expected})",
+        cell.notifications
+    );
+    if cell.send == SendPhase::Done {
+        line += &format!(", done: it reports req{r} sent at its next step");
+    }
+    line
 }
 
 /// `rank 0` or `ranks 0, 2`, after `side` (`P`, `D`).
@@ -314,6 +355,14 @@ fn notification_line(n: &Notification, t: &Topology, after: &State) -> String {
         return format!("the notification to P rank {p} is LOST");
     }
     let via = n.via;
+    if n.on_its_way > 0 {
+        let copies = if n.on_its_way > 1 {
+            " TWICE [FAULT duplicated]"
+        } else {
+            ""
+        };
+        return format!("D rank {d}'s {via} for req{r} is on its way to P rank {p}{copies}");
+    }
     if n.unrecognised {
         return format!(
             "P rank {p} does not recognise the request id in D rank {d}'s {via} (D's own id for req{r}, not P's), logs it and drops it"
@@ -671,6 +720,9 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
         Action::ReadFails { .. } | Action::HandshakeCompletes { .. } => {
             what.extend(worker_lines(t, before, after));
         }
+        Action::NotificationArrives { rank, request } => {
+            what.push(arrival_words(t, rank, request, before, after))
+        }
         Action::LeaseExpires { rank, request } => {
             let reading: Vec<Rank> = t
                 .handles_reading(rank)
@@ -787,6 +839,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         };
         let (text, lost) = if n.lost {
             (format!("{how}: notification LOST [FAULT]"), true)
+        } else if n.on_its_way > 1 {
+            (format!("{how}: sent TWICE [FAULT], on its way"), false)
+        } else if n.on_its_way > 0 {
+            (format!("{how}: on its way"), false)
         } else if n.unrecognised {
             (format!("{how} with D's id: unrecognised, dropped"), true)
         } else if !n.counted {
@@ -830,6 +886,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::LeaseExpires { rank, request } => events.push(note(
             PrefillRank(rank),
             format!("lease on req{request} expires, counts it as sent"),
+        )),
+        Action::NotificationArrives { rank, request } => events.push(note(
+            PrefillRank(rank),
+            arrival_words(t, rank, request, before, after),
         )),
         Action::DecodeFinishes { request } => events.push(note(
             DecodeScheduler,
@@ -1037,6 +1097,7 @@ mod tests {
                 handle: 0,
                 request: 0,
                 notification_lost: false,
+                notification_duplicated: false,
             },
             Action::PrefillEngineSteps {
                 output_lost: false,
@@ -1125,6 +1186,7 @@ mod tests {
             handle: 0,
             request: 0,
             notification_lost: false,
+            notification_duplicated: false,
         };
         let actions = [
             Action::PrefillFinishes { request: 0 },
@@ -1225,6 +1287,7 @@ mod tests {
                 handle: 0,
                 request: 0,
                 notification_lost: on,
+                notification_duplicated: false,
             });
             actions.push(Action::DecodeEngineSteps {
                 output_lost: on,
@@ -1278,6 +1341,7 @@ mod tests {
                 handle: 0,
                 request: 0,
                 notification_lost: false,
+                notification_duplicated: false,
             },
         ];
         for lease in [false, true] {

@@ -125,11 +125,16 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
             q.emitted | q.rescue << 4 | q.queued_after << 6,
         ]);
     }
+    let travel = state.topology().notifications_travel;
     for cell in &state.prefill {
         out.extend_from_slice(&[
             field(cell.send, 3, 0) | field(cell.store, 2, 3) | field(cell.load, 2, 5),
             cell.notifications | field(cell.stale_store, 2, 6),
         ]);
+        // Notifications on their way exist only where they travel.
+        if travel {
+            out.extend_from_slice(&[cell.in_flight, cell.dropped]);
+        }
     }
     out.extend(state.handles.iter().map(|&h| h.code()));
     // A D worker's two children share its byte.
@@ -169,14 +174,17 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
         })
         .collect();
     let n = requests.len();
-    let prefill = take(2 * usize::from(topology.prefill_world) * n)
-        .chunks_exact(2)
+    let cell_bytes = if topology.notifications_travel { 4 } else { 2 };
+    let prefill = take(cell_bytes * usize::from(topology.prefill_world) * n)
+        .chunks_exact(cell_bytes)
         .map(|b| PrefillCell {
             send: unfield(b[0], 3, 0),
             store: unfield(b[0], 2, 3),
             load: unfield(b[0], 2, 5),
             notifications: b[1] & 0x3f,
             stale_store: unfield(b[1], 2, 6),
+            in_flight: b.get(2).copied().unwrap_or(0),
+            dropped: b.get(3).copied().unwrap_or(0),
         })
         .collect();
     let handles = take(topology.handles.len() * n)

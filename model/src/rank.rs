@@ -54,21 +54,48 @@ fn armed(config: &Config, transfer: bool, send: SendPhase) -> SendPhase {
     }
 }
 
-/// A D notification (read done, or notify-only) reaches P rank `rank`.
-pub fn receive_notification(state: &mut State, rank: Rank, r: RequestId) {
+/// D sends P rank `rank` `copies` notifications for `r` (read done, or notify-only; two
+/// when `delivery.notification` duplicates one). Where notifications travel as events of
+/// their own they are on their way; otherwise they arrive at once.
+pub fn send_notification(state: &mut State, rank: Rank, r: RequestId, copies: u8) {
+    for _ in 0..copies {
+        if state.topology().notifications_travel {
+            state.prefill_cell_mut(rank, r).in_flight += 1;
+        } else {
+            receive_notification(state, rank, r);
+        }
+    }
+}
+
+/// One of the notifications on their way to `rank` for `r` arrives.
+pub fn notification_arrives(state: &mut State, rank: Rank, r: RequestId) {
+    state.prefill_cell_mut(rank, r).in_flight -= 1;
+    if !receive_notification(state, rank, r) {
+        state.prefill_cell_mut(rank, r).dropped += 1;
+    }
+}
+
+/// A D notification reaches P rank `rank`, in whatever state the rank holds `r`
+/// (vLLM 0.34 nixl/pull_worker.py, `_get_new_notifs`): while the request is tracked (in
+/// its batch, or in `_reqs_to_send`, even past an expiry the reaper has not reached) it
+/// is counted, and the count reaching D's promised number completes it and forgets it;
+/// once forgotten (completed by notifications, a lease or a synthetic report) vLLM only
+/// logs it ("unrecognized request") and drops it. It counts messages, not readers: a
+/// duplicate stands in for a reader still reading. Returns whether it was counted.
+pub fn receive_notification(state: &mut State, rank: Rank, r: RequestId) -> bool {
     let expected = state.topology().expected_consumers[usize::from(rank)];
     let cell = state.prefill_cell_mut(rank, r);
-    // After completion (lease expiry, say) vLLM only logs a notification; an expired
-    // lease the reaper has not reached is still in `_reqs_to_send` and counts it.
-    if matches!(
+    let tracked = matches!(
         cell.send,
         SendPhase::InBatch | SendPhase::ToSend | SendPhase::Expired
-    ) {
+    );
+    if tracked {
         cell.notifications += 1;
         if cell.notifications >= expected {
             cell.send = SendPhase::Done;
         }
     }
+    tracked
 }
 
 /// Push mode: one of `rank`'s WRITEs of `r` completed. Once all have, the rank's send is

@@ -186,6 +186,12 @@ pub enum LoadPhase {
 pub struct PrefillCell {
     /// D notifications counted (`consumer_notification_counts_by_req`).
     pub notifications: u8,
+    /// D notifications on their way to this rank (`delivery.notification` late or
+    /// duplicated; always 0 otherwise).
+    pub in_flight: u8,
+    /// Notifications that arrived after the rank was done with the request, which vLLM
+    /// only logs (`_get_new_notifs`: "unrecognized request").
+    pub dropped: u8,
     pub send: SendPhase,
     pub store: StorePhase,
     pub load: LoadPhase,
@@ -519,6 +525,7 @@ impl State {
             .iter()
             .map(|c| {
                 u32::from(c.notifications)
+                    + u32::from(c.dropped)
                     + send(c.send)
                     + c.store as u32
                     + c.load as u32

@@ -81,6 +81,9 @@ pub struct Topology {
     /// D's block pool (`decode.kv-blocks`): traces say a request queues for blocks, and
     /// how many are free.
     pub decode_blocks: Option<u8>,
+    /// D's notifications travel as events of their own (`delivery.notification` late or
+    /// duplicated): only then do states record those on their way.
+    pub notifications_travel: bool,
 }
 
 impl Topology {
@@ -205,6 +208,8 @@ impl Topology {
             prefill_expected,
             prefill_announced,
             leases: config.producer.lease,
+            notifications_travel: config.notification_delivery(crate::message::Delivery::Late)
+                || config.notification_delivery(crate::message::Delivery::Duplicated),
             ordered_leases: config.producer.lease
                 && config.producer.lease_reaper == LeaseReaper::HeadOnly
                 && config.requests > 1,

@@ -364,6 +364,16 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "kv-load-failure-policy",
         &["\"fail\"", "\"recompute\""],
     ),
+    (
+        "delivery",
+        "notification",
+        &[
+            "[]",
+            "[\"late\"]",
+            "[\"duplicated\"]",
+            "[\"late\", \"duplicated\"]",
+        ],
+    ),
     ("faults", "client-abort", &["false", "true"]),
     ("faults", "final-step-preempted", &["false", "true"]),
     ("faults", "lost-notification", &["false", "true"]),

@@ -526,7 +526,7 @@ fn lost_notification(path: &Path, h: usize, r: RequestId) -> Option<usize> {
     path.actions
         .iter()
         .position(|a| {
-            matches!(*a, Action::ReadCompletes { handle, request, notification_lost: true }
+            matches!(*a, Action::ReadCompletes { handle, request, notification_lost: true, .. }
             if usize::from(handle) == h && request == r)
         })
         .map(|i| i + 1)

@@ -305,6 +305,7 @@ fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::ClientAborts { request } => request_ok(request),
         Action::PrefillWorkerLoads { rank, request }
         | Action::LeaseExpires { rank, request }
+        | Action::NotificationArrives { rank, request }
         | Action::OffloadStoreRaises { rank, request }
         | Action::StaleStoreCompletes { rank, request } => prefill_ok(rank) && request_ok(request),
         Action::HandshakeCompletes {

@@ -47,6 +47,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             lost_notification: true,
             ..Faults::default()
         },
+        delivery: Default::default(),
     }
 }
 
