@@ -253,12 +253,13 @@ pub enum PushCompletion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LeaseReaper {
-    /// From the oldest entry, stopping at the first lease not yet expired: current
-    /// vLLM, which assumes deadlines follow insertion order. D's heartbeats (vLLM PR
+    /// From the oldest entry, stopping at the first lease not yet expired: vLLM before
+    /// PR #50789, which assumed deadlines follow insertion order. D's heartbeats (vLLM PR
     /// #41383) renew a lease in place, so a renewed entry keeps its early position with
     /// a late deadline, and expired leases behind it stay held (vLLM issue #58222).
     HeadOnly,
-    /// Every entry, whatever its position (vLLM PR #50789).
+    /// Every entry, whatever its position: current vLLM (PR #50789; 0.34.0's
+    /// `_reap_expired_send_leases` in nixl/base_worker.py).
     FullScan,
 }
 
@@ -269,7 +270,7 @@ impl Default for Producer {
             clear_replicated: false,
             lease: true,
             mla_notify: MlaNotify::EveryCoveredRank,
-            lease_reaper: LeaseReaper::HeadOnly,
+            lease_reaper: LeaseReaper::FullScan,
             push_completion: PushCompletion::Reported,
             failed_store: FailedStore::Counted,
             store_ledger: StoreLedger::PerJob,

@@ -33,8 +33,8 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             clear_replicated: false,
             lease: true,
             mla_notify: MlaNotify::EveryCoveredRank,
-            // As specs/pr59325-fix.toml pins it: the head-only reaper's own finding has
-            // its own spec (specs/lease-reaper.toml).
+            // Current vLLM's (0.34.0); the head-only reaper's finding has its own spec
+            // (specs/lease-reaper.toml).
             lease_reaper: LeaseReaper::FullScan,
             push_completion: PushCompletion::Reported,
             failed_store: FailedStore::Counted,
