@@ -14,10 +14,12 @@
 //!   replays an ITF trace against the model;
 //! - [`explore`] serves stateright's web explorer on loopback;
 //! - [`simulate`] writes random executions of the model as recorded runs, which
-//!   `kvcc_conform` checks like a vLLM deployment's.
+//!   `kvcc_conform` checks like a vLLM deployment's, and [`confirm`] plays into vLLM's
+//!   own scheduler and aggregator.
 
 pub mod atomic;
 pub mod cmd;
+pub mod confirm;
 pub mod explore;
 pub mod interrupt;
 pub mod out;

@@ -19,7 +19,7 @@ use kvcc_model::checker::Checkable;
 use kvcc_model::config::{AggregatorPolicy, Connector};
 use kvcc_model::properties::{Kind, CLAUSES};
 use kvcc_model::state::{DecodePhase, PrefillPhase, RequestId};
-use kvcc_model::{Action, ContractModel, State};
+use kvcc_model::{Action, ContractModel, Observation, State};
 use std::io;
 use std::path::Path;
 
@@ -279,26 +279,82 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
     }
 }
 
+/// What a recorder in vLLM would write while the model walks a path: both engines' logs,
+/// fed one transition at a time. `kvcc simulate` feeds it random steps, `kvcc confirm` a
+/// trace's steps; the recorded runs are written the same way for both.
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    pub prefill: EngineLog,
+    pub decode: EngineLog,
+}
+
+impl Recorder {
+    /// Starts the logs of a run from `initial`, the model's initial state.
+    pub fn new(model: &ContractModel, initial: &State) -> Recorder {
+        let (prefill_header, decode_header) = headers(model);
+        let mut prefill = EngineLog {
+            header: prefill_header,
+            steps: Vec::new(),
+            events: Vec::new(),
+        };
+        let decode = EngineLog {
+            header: decode_header,
+            steps: Vec::new(),
+            events: Vec::new(),
+        };
+        for (r, q) in initial.requests.iter().enumerate() {
+            if q.prefill == PrefillPhase::LoadingKv {
+                prefill.event(EventKind::WaitingForRemoteKvs, r as RequestId);
+            }
+        }
+        Recorder { prefill, decode }
+    }
+
+    /// Records the transition `before` → `after` and what its action handed the
+    /// aggregators (`ContractModel::apply_observed`).
+    pub fn record(&mut self, before: &State, after: &State, observation: Observation) {
+        if let Some(outputs) = observation.prefill_outputs {
+            self.prefill.record_step(outputs);
+        }
+        if let Some(outputs) = observation.decode_outputs {
+            self.decode.record_step(outputs);
+        }
+        events(before, after, &mut self.prefill, &mut self.decode);
+    }
+}
+
+/// A path of the model (a trace's actions from the initial state) as recorded runs: the
+/// logs, and every state of the path. Err names the first step (from 1) whose action is
+/// not enabled where the path has led.
+pub fn record_path(
+    model: &ContractModel,
+    actions: &[Action],
+) -> Result<(Recorder, Vec<State>), usize> {
+    let mut state = model.initial_state();
+    let mut recorder = Recorder::new(model, &state);
+    let mut states = vec![state.clone()];
+    let mut enabled = Vec::new();
+    for (i, &action) in actions.iter().enumerate() {
+        enabled.clear();
+        let listed = model
+            .enabled_actions(&state, &mut enabled, kvcc_model::checker::SUCCESSORS_MAX)
+            .is_ok();
+        if !listed || !enabled.contains(&action) {
+            return Err(i + 1);
+        }
+        let (next, observation) = model.apply_observed(&state, action).ok_or(i + 1)?;
+        recorder.record(&state, &next, observation);
+        states.push(next.clone());
+        state = next;
+    }
+    Ok((recorder, states))
+}
+
 /// One random run of `model`, at most `actions_max` actions long.
 pub fn simulate(model: &ContractModel, seed: u64, actions_max: usize) -> Simulation {
     let config = &model.config;
-    let (prefill_header, decode_header) = headers(model);
-    let mut prefill = EngineLog {
-        header: prefill_header,
-        steps: Vec::new(),
-        events: Vec::new(),
-    };
-    let mut decode = EngineLog {
-        header: decode_header,
-        steps: Vec::new(),
-        events: Vec::new(),
-    };
     let mut state = model.initial_state();
-    for (r, q) in state.requests.iter().enumerate() {
-        if q.prefill == PrefillPhase::LoadingKv {
-            prefill.event(EventKind::WaitingForRemoteKvs, r as RequestId);
-        }
-    }
+    let mut recorder = Recorder::new(model, &state);
     let mut rng = SplitMix64::new(seed);
     let mut taken = Vec::new();
     let mut enabled = Vec::new();
@@ -324,13 +380,7 @@ pub fn simulate(model: &ContractModel, seed: u64, actions_max: usize) -> Simulat
             break End::Capped;
         }
         let (action, next, observation) = candidates.swap_remove(rng.below(candidates.len()));
-        if let Some(outputs) = observation.prefill_outputs {
-            prefill.record_step(outputs);
-        }
-        if let Some(outputs) = observation.decode_outputs {
-            decode.record_step(outputs);
-        }
-        events(&state, &next, &mut prefill, &mut decode);
+        recorder.record(&state, &next, observation);
         taken.push(action);
         state = next;
     };
@@ -351,8 +401,8 @@ pub fn simulate(model: &ContractModel, seed: u64, actions_max: usize) -> Simulat
         end,
         last: state,
         violated,
-        prefill,
-        decode,
+        prefill: recorder.prefill,
+        decode: recorder.decode,
     }
 }
 

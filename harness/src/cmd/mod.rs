@@ -3,6 +3,7 @@
 //! file here, one `Command` variant and one `exec` arm.
 
 pub mod check;
+pub mod confirm;
 pub mod conform;
 pub mod explore;
 pub mod merge;
@@ -22,6 +23,7 @@ Examples:
   kvcc schema > kvcc-spec.schema.json
   kvcc simulate specs/pr59325-fix.toml --seed 1 --runs 20 --out runs
   kvcc conform runs/run-*/prefill              check recorded runs against the contract
+  kvcc confirm traces/<name>.itf.json          play a counterexample into vLLM's own scheduler
   kvcc check --shard 1/3 --format json > s1.jsonl    one of three runners; then
   kvcc merge s1.jsonl s2.jsonl s3.jsonl --junit kvcc.xml
 
@@ -72,6 +74,7 @@ pub enum Command {
     Explore(explore::Args),
     Schema(schema::Args),
     Conform(conform::Args),
+    Confirm(confirm::Args),
     Simulate(simulate::Args),
     Merge(merge::Args),
 }
@@ -84,6 +87,7 @@ impl Command {
             Command::Explore(args) => explore::exec(args),
             Command::Schema(args) => schema::exec(args),
             Command::Conform(args) => conform::exec(args),
+            Command::Confirm(args) => confirm::exec(args),
             Command::Simulate(args) => simulate::exec(args),
             Command::Merge(args) => merge::exec(args),
         }

@@ -155,23 +155,7 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         actions,
         facts: recorded,
     } = load(file)?;
-    let spec_file = match spec_override {
-        Some(spec) => spec.to_string(),
-        None => recorded_spec(file, &trace.meta.source)?,
-    };
-    let spec = Spec::load(&spec_file)?;
-    let point = serde_json::from_str(&trace.meta.point)
-        .map_err(|e| e.to_string())
-        .and_then(|json| Point::from_json(&json))
-        .map_err(|m| InputError {
-            field: Some("#meta.point".into()),
-            ..InputError::file(file, m)
-        })?;
-    let (config, notes) = spec.config_for_recorded(&point)?;
-    for note in notes {
-        eprintln!("note: {note}");
-    }
-    let model = ContractModel::new(config);
+    let model = model_of(file, &trace, spec_override)?;
     let Some(clause) = CLAUSES
         .iter()
         .position(|c| c.property == trace.meta.property && c.clause == trace.meta.clause)
@@ -216,6 +200,32 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
         (Err(e), None) => Replayed::DoesNotReproduce(e.to_string()),
         (Err(e), Some(d)) => Replayed::DoesNotReproduce(format!("{e}; first difference: {d}")),
     })
+}
+
+/// The model a trace was found in: its spec (`#meta.source`, or `spec_override`) at its
+/// matrix point (`#meta.point`). Notes on the point go to stderr.
+pub fn model_of(
+    file: &str,
+    trace: &ItfTrace,
+    spec_override: Option<&str>,
+) -> Result<ContractModel, InputError> {
+    let spec_file = match spec_override {
+        Some(spec) => spec.to_string(),
+        None => recorded_spec(file, &trace.meta.source)?,
+    };
+    let spec = Spec::load(&spec_file)?;
+    let point = serde_json::from_str(&trace.meta.point)
+        .map_err(|e| e.to_string())
+        .and_then(|json| Point::from_json(&json))
+        .map_err(|m| InputError {
+            field: Some("#meta.point".into()),
+            ..InputError::file(file, m)
+        })?;
+    let (config, notes) = spec.config_for_recorded(&point)?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    Ok(ContractModel::new(config))
 }
 
 /// Where the spec a trace names (`#meta.source`) is, read only inside the working tree or
@@ -288,7 +298,7 @@ fn recorded_spec(trace_file: &str, source: &str) -> Result<String, InputError> {
 }
 
 /// Whether every request, rank and handle an action names exists in the model.
-fn in_topology(model: &ContractModel, action: &Action) -> bool {
+pub(crate) fn in_topology(model: &ContractModel, action: &Action) -> bool {
     let t = &model.topology;
     let request_ok = |r: u8| usize::from(r) < usize::from(model.config.requests);
     let prefill_ok = |rank: u16| rank < t.prefill_world;

@@ -1,0 +1,56 @@
+"""python -m kvcc_confirm [--quiet-steps N] [--runs-from-stdin] RUN_DIR...
+
+Plays each engine directory (a recorded run's `prefill/` or `decode/`) into vLLM and
+prints one JSON object per directory, in order, on stdout. The first line is
+`{"vllm_version": ...}`. Exit 0 when every directory was played (vLLM raising is a
+result, not a failure), 2 when vLLM cannot be imported or a directory cannot be read.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="kvcc_confirm")
+    parser.add_argument("--quiet-steps", type=int, default=0)
+    parser.add_argument("--runs-from-stdin", action="store_true")
+    parser.add_argument("runs", nargs="*")
+    args = parser.parse_args(argv)
+    if args.runs_from_stdin:
+        args.runs += [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    # vLLM logs to stdout; kvcc reads stdout as JSON lines.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        import vllm
+
+        from . import play
+    except Exception as e:  # noqa: BLE001 - any import failure means "no usable vLLM"
+        print(f"kvcc_confirm: cannot import vLLM: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    play.register()
+    model_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
+    out.write(json.dumps({"vllm_version": vllm.__version__}) + "\n")
+    out.flush()
+    for run in args.runs:
+        try:
+            player = play.Player(run, model_dir, args.quiet_steps)
+        except play.RunError as e:
+            print(f"kvcc_confirm: {e}", file=sys.stderr)
+            return 2
+        player.play()
+        out.write(json.dumps(player.report()) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
