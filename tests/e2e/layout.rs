@@ -93,7 +93,7 @@ fn issue14_every_cited_contract_section_exists() {
         cited("(docs/contracts.md §3–§5, §10)"),
         BTreeSet::from([3, 4, 5, 10])
     );
-    assert!(!cited("docs/contracts.md §11").is_subset(&sections));
+    assert!(!cited("docs/contracts.md §99").is_subset(&sections));
 }
 
 #[test]
@@ -104,6 +104,214 @@ fn issue14_docs_contracts_lists_every_clause_of_the_registry() {
         let row = format!("| `{}` | `{}` | {kind} |", clause.property, clause.clause);
         assert!(doc.contains(&row), "docs/contracts.md lacks {row}");
     }
+}
+
+/// The verbs a cell of §11's table may start with (docs/contracts.md §11 defines them).
+const RECEIVER_VERBS: [&str; 10] = [
+    "drop", "buffer", "count", "report", "free", "wake", "assert", "arm", "renew", "n/a",
+];
+
+/// §11's messages x receiver-states table, as written.
+#[derive(Clone, Debug)]
+struct MessageTable {
+    /// The header's receiver-state columns (after `message` and `from → to`).
+    states: Vec<String>,
+    rows: Vec<MessageRow>,
+}
+
+#[derive(Clone, Debug)]
+struct MessageRow {
+    /// The first cell, backquotes included.
+    name: String,
+    /// `from → to`.
+    route: String,
+    cells: Vec<String>,
+}
+
+/// The text of `## §N.`, up to the next section.
+fn section(doc: &str, n: u32) -> Option<&str> {
+    let start = doc.find(&format!("\n## §{n}."))? + 1;
+    let end = doc[start..]
+        .find("\n## §")
+        .map_or(doc.len(), |at| start + at + 1);
+    Some(&doc[start..end])
+}
+
+fn table_cells(line: &str) -> Vec<String> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split('|').map(|c| c.trim().to_string()).collect()
+}
+
+/// The table of §11 headed `| message | from → to | ...`.
+fn message_table(doc: &str) -> Option<MessageTable> {
+    let text = section(doc, 11)?;
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| message | from → to |"));
+    let header = table_cells(lines.next()?);
+    let rows = lines
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.starts_with("|---"))
+        .map(|l| {
+            let mut cells = table_cells(l).into_iter();
+            let name = cells.next().unwrap_or_default();
+            let route = cells.next().unwrap_or_default();
+            MessageRow {
+                name,
+                route,
+                cells: cells.collect(),
+            }
+        })
+        .collect();
+    Some(MessageTable {
+        states: header.into_iter().skip(2).collect(),
+        rows,
+    })
+}
+
+/// The header's state columns are `RECEIVER_STATES`, in order.
+fn states_problem(table: &MessageTable) -> Option<String> {
+    let wanted: Vec<&str> = kvcc_model::message::RECEIVER_STATES.to_vec();
+    (table.states != wanted).then(|| format!("columns {:?}, want {wanted:?}", table.states))
+}
+
+/// The rows are `MESSAGES`, in order, each routed as the registry routes it and with one
+/// cell per state.
+fn rows_problem(table: &MessageTable) -> Option<String> {
+    let messages = kvcc_model::message::MESSAGES;
+    if table.rows.len() != messages.len() {
+        return Some(format!(
+            "{} rows for {} messages",
+            table.rows.len(),
+            messages.len()
+        ));
+    }
+    messages.iter().zip(&table.rows).find_map(|(m, row)| {
+        let name = format!("`{}`", m.name);
+        let route = format!("{} → {}", m.from.name(), m.to.name());
+        if row.name != name {
+            Some(format!("row {} where {name} belongs", row.name))
+        } else if row.route != route {
+            Some(format!("{name} routed {:?}, want {route:?}", row.route))
+        } else if row.cells.len() != kvcc_model::message::RECEIVER_STATES.len() {
+            Some(format!("{name} has {} state cells", row.cells.len()))
+        } else {
+            None
+        }
+    })
+}
+
+/// Every cell starts with a verb of the vocabulary, in bold, and says how kvcc models it.
+fn cells_problem(table: &MessageTable) -> Option<String> {
+    table.rows.iter().find_map(|row| {
+        row.cells
+            .iter()
+            .zip(&table.states)
+            .find_map(|(cell, state)| {
+                let verb = cell
+                    .strip_prefix("**")
+                    .and_then(|rest| rest.split_once("**"))
+                    .map(|(verb, _)| verb);
+                if !verb.is_some_and(|v| RECEIVER_VERBS.contains(&v)) {
+                    Some(format!("{} / {state}: no verb first in {cell:?}", row.name))
+                } else if !cell.contains("kvcc:") {
+                    Some(format!("{} / {state}: no `kvcc:` in {cell:?}", row.name))
+                } else {
+                    None
+                }
+            })
+    })
+}
+
+/// Every event the registry names is one of the model's actions (`actions`: their names).
+fn events_problem(actions: &[&str]) -> Option<String> {
+    let unknown: Vec<String> = kvcc_model::message::MESSAGES
+        .iter()
+        .flat_map(|m| m.events.iter().map(move |e| (m.name, *e)))
+        .filter(|(_, e)| !actions.contains(e))
+        .map(|(m, e)| format!("{m}: {e}"))
+        .collect();
+    (!unknown.is_empty()).then(|| format!("events that are no action of the model: {unknown:?}"))
+}
+
+/// §11 lists each message's delivery faults as the registry has them.
+fn delivery_problem(doc: &str) -> Option<String> {
+    let text = section(doc, 11).unwrap_or_default();
+    kvcc_model::message::MESSAGES.iter().find_map(|m| {
+        let faults: Vec<&str> = m.delivery.iter().map(|d| d.name()).collect();
+        let faults = if faults.is_empty() {
+            "none".to_string()
+        } else {
+            faults.join(", ")
+        };
+        let line = format!("**`{}`** (delivery: {faults})", m.name);
+        (!text.contains(&line)).then(|| format!("§11 lacks {line}"))
+    })
+}
+
+/// Issue 24, item 1: docs/contracts.md §11 tables every message of the registry
+/// (`model/src/message.rs`) in every receiver state, with what vLLM does and how kvcc
+/// models it, and the registry's events are the model's actions.
+#[test]
+fn issue24_docs_contracts_tables_every_message_in_every_receiver_state() {
+    let doc = std::fs::read_to_string(root().join("docs/contracts.md")).unwrap();
+    let table = message_table(&doc).expect("§11 has a table headed `| message | from → to |`");
+    assert_eq!(states_problem(&table), None, "§11's columns");
+    assert_eq!(rows_problem(&table), None, "§11's rows");
+    assert_eq!(cells_problem(&table), None, "§11's cells");
+    assert_eq!(
+        events_problem(&kvcc_model::describe::ACTION_NAMES),
+        None,
+        "MESSAGES' events"
+    );
+    assert_eq!(delivery_problem(&doc), None, "§11's delivery faults");
+    let names: BTreeSet<&str> = kvcc_model::describe::ACTION_NAMES.into_iter().collect();
+    assert_eq!(
+        names.len(),
+        kvcc_model::describe::ACTION_NAMES.len(),
+        "an action name written twice"
+    );
+
+    // The broken twins: each doctored copy of the table is caught by its own check.
+    let mut renamed = table.clone();
+    renamed.states[3] = "freed".into();
+    assert!(states_problem(&renamed).is_some(), "a renamed column");
+    let mut short = table.clone();
+    short.rows.remove(4);
+    assert!(rows_problem(&short).is_some(), "a row removed");
+    let mut swapped = table.clone();
+    swapped.rows.swap(0, 1);
+    assert!(rows_problem(&swapped).is_some(), "two rows swapped");
+    let mut rerouted = table.clone();
+    rerouted.rows[0].route = "P worker → D scheduler".into();
+    assert!(rows_problem(&rerouted).is_some(), "a row misrouted");
+    let mut unmodelled = table.clone();
+    unmodelled.rows[2].cells[1] = unmodelled.rows[2].cells[1].replace("kvcc:", "model:");
+    assert!(cells_problem(&unmodelled).is_some(), "a cell without kvcc:");
+    let mut verbless = table.clone();
+    verbless.rows[5].cells[0] = verbless.rows[5].cells[0].replacen("**", "**forward", 1);
+    assert!(
+        cells_problem(&verbless).is_some(),
+        "a verb outside the vocabulary"
+    );
+    let fewer: Vec<&str> = kvcc_model::describe::ACTION_NAMES
+        .into_iter()
+        .filter(|a| *a != "NotificationArrives")
+        .collect();
+    assert!(
+        events_problem(&fewer).is_some_and(|p| p.contains("notification: NotificationArrives")),
+        "an event that is no action"
+    );
+    let undelivered = doc.replace("(delivery: late, duplicated, lost)", "(delivery: none)");
+    assert!(
+        delivery_problem(&undelivered).is_some(),
+        "delivery faults left out"
+    );
+    let from_doc = message_table(&doc.replace("| `heartbeat` |", "| `heartbeats` |")).unwrap();
+    assert!(
+        rows_problem(&from_doc).is_some(),
+        "a row renamed in the text"
+    );
 }
 
 /// A source file's own code: without its test module and its comments.
