@@ -1,4 +1,5 @@
-"""python -m kvcc_confirm [--quiet-steps N] [--runs-from-stdin] RUN_DIR...
+"""python -m kvcc_confirm [--quiet-steps N] [--runs-from-stdin]
+    [--kv-load-failure-policy fail|recompute] RUN_DIR...
 
 Plays each engine directory (a recorded run's `prefill/` or `decode/`) into vLLM and
 prints one JSON object per directory, in order, on stdout. The first line is
@@ -18,6 +19,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="kvcc_confirm")
     parser.add_argument("--quiet-steps", type=int, default=0)
     parser.add_argument("--runs-from-stdin", action="store_true")
+    parser.add_argument(
+        "--kv-load-failure-policy", choices=["fail", "recompute"], default="fail"
+    )
     parser.add_argument("runs", nargs="*")
     args = parser.parse_args(argv)
     if args.runs_from_stdin:
@@ -42,7 +46,7 @@ def main(argv=None):
     out.flush()
     for run in args.runs:
         try:
-            player = play.Player(run, model_dir, args.quiet_steps)
+            player = play.Player(run, model_dir, args.quiet_steps, args.kv_load_failure_policy)
         except play.RunError as e:
             print(f"kvcc_confirm: {e}", file=sys.stderr)
             return 2

@@ -45,6 +45,7 @@ from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupSpec,
 )
+from vllm.v1.engine import FinishReason
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
@@ -133,7 +134,7 @@ def model_config(model_dir):
 class Engine:
     """One vLLM engine: its scheduler and its aggregator, as the executor holds them."""
 
-    def __init__(self, header, model_dir):
+    def __init__(self, header, model_dir, failure_policy="fail"):
         self.prefill = header["engine"] == "prefill"
         self.world = int(header["world_size"])
         self.output_rank = int(header.get("output_rank") or 0)
@@ -161,6 +162,7 @@ class Engine:
                 kv_role=role,
                 engine_id=f"kvcc-{header['engine']}",
                 kv_connector_extra_config=extra,
+                kv_load_failure_policy=failure_policy,
             ),
             device_config=DeviceConfig("cpu"),
         )
@@ -197,6 +199,8 @@ class Engine:
             self.scheduler.connector
         )
         self.serial = 0
+        # Requests vLLM finished with an error (a failed load under policy "fail").
+        self.errored = set()
 
     # -- requests -----------------------------------------------------------------
 
@@ -263,7 +267,11 @@ class Engine:
         if aggregated is None:
             # No output from the output rank: vLLM's engine drops the step.
             return
-        self.scheduler.update_from_output(scheduled, aggregated)
+        finished = self.scheduler.update_from_output(scheduled, aggregated)
+        for outputs_of_client in finished.values():
+            for out in outputs_of_client.outputs:
+                if out.finish_reason == FinishReason.ERROR:
+                    self.errored.add(out.request_id)
 
     # -- what vLLM's scheduler shows ----------------------------------------------
 
@@ -311,10 +319,10 @@ def _event(before, after, prefill):
 class Player:
     """Plays one engine run and collects what vLLM did."""
 
-    def __init__(self, directory, model_dir, quiet_steps):
+    def __init__(self, directory, model_dir, quiet_steps, failure_policy="fail"):
         self.directory = directory
         self.header, self.ranks, self.events, self.steps = read_run(directory)
-        self.engine = Engine(self.header, model_dir)
+        self.engine = Engine(self.header, model_dir, failure_policy)
         self.quiet_steps = quiet_steps
         self.facts = {}  # request id -> last fact seen
         self.done = set()  # requests vLLM's log has nothing more for (freed, or D woken)
@@ -330,9 +338,15 @@ class Player:
             after = self.engine.fact(request_id)
             self.facts[request_id] = after
             event = _event(before, after, prefill)
+            if event == "freed" and request_id in self.engine.errored:
+                # Policy "fail": vLLM ends the request with an error and frees its
+                # blocks in the same step; the format logs that as its load failing.
+                event = "load-failed"
             if event is not None:
                 self.observed.append([step, event, request_id])
-            if after == "absent" or (not prefill and after in ("woken", "running")):
+            if after == "absent" or (
+                not prefill and after in ("woken", "running", "load-failed")
+            ):
                 self.done.add(request_id)
 
     def apply(self, step, event, request_id):

@@ -99,6 +99,16 @@ pub struct PlayedError {
 pub struct Job {
     pub dir: PathBuf,
     pub quiet_steps: u64,
+    /// vLLM's `kv_load_failure_policy` for the engine: the model's knob.
+    pub failure_policy: &'static str,
+}
+
+/// vLLM's name for the model's `kv_load_failure_policy`.
+pub fn failure_policy(config: &kvcc_model::Config) -> &'static str {
+    match config.scheduler.kv_load_failure_policy {
+        kvcc_model::config::KvLoadFailurePolicy::Fail => "fail",
+        kvcc_model::config::KvLoadFailurePolicy::Recompute => "recompute",
+    }
 }
 
 /// Plays `jobs` in one Python process (vLLM is imported once). Returns vLLM's version
@@ -115,20 +125,25 @@ pub fn play(python: &Path, jobs: &[Job]) -> Result<(String, Vec<Played>), String
         }
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    // Jobs are grouped by their quiet steps: one process per group.
+    // Jobs are grouped by their settings: one process per group.
     let mut version = String::new();
     let mut played: Vec<Option<Played>> = vec![None; jobs.len()];
-    let mut groups: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    let mut groups: BTreeMap<(u64, &str), Vec<usize>> = BTreeMap::new();
     for (i, job) in jobs.iter().enumerate() {
-        groups.entry(job.quiet_steps).or_default().push(i);
+        groups
+            .entry((job.quiet_steps, job.failure_policy))
+            .or_default()
+            .push(i);
     }
-    for (quiet, indices) in groups {
+    for ((quiet, policy), indices) in groups {
         let mut command = Command::new(python);
         command
             .arg("-m")
             .arg("kvcc_confirm")
             .arg("--quiet-steps")
             .arg(quiet.to_string())
+            .arg("--kv-load-failure-policy")
+            .arg(policy)
             .arg("--runs-from-stdin")
             .env("PYTHONPATH", package.path())
             .env("PYTHONDONTWRITEBYTECODE", "1")

@@ -4,6 +4,8 @@ use crate::confirm::{self, compare, facts_line, model_events, Job, Played};
 use crate::out::outln;
 use crate::report::print_errors;
 use crate::simulate::{record_path, End};
+use crate::spec::point::Point;
+use crate::spec::Spec;
 use crate::trace::replay::{in_topology, load, model_of};
 use crate::Exit;
 use kvcc_conform::format::Engine;
@@ -155,6 +157,7 @@ fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
     let jobs = [Engine::Prefill, Engine::Decode].map(|e| Job {
         dir: dir.join(e.name()),
         quiet_steps,
+        failure_policy: confirm::failure_policy(&model.config),
     });
     let (version, played) = confirm::play(&python(args)?, &jobs).map_err(InputError::usage)?;
     let death = clause.property == "engine-survives" && model_violates;
@@ -294,11 +297,13 @@ fn differential(args: &Args) -> Result<Exit, InputError> {
             v.iter()
                 .any(|c| c.as_str().is_some_and(|c| c.starts_with("engine-survives")))
         });
+        let config = config_of(&shown, &meta)?;
         runs.push((dir.to_path_buf(), death));
         for engine in [Engine::Prefill, Engine::Decode] {
             jobs.push(Job {
                 dir: dir.join(engine.name()),
                 quiet_steps: if quiet { args.quiet_steps } else { 0 },
+                failure_policy: confirm::failure_policy(&config),
             });
         }
     }
@@ -324,4 +329,17 @@ fn differential(args: &Args) -> Result<Exit, InputError> {
         runs.len() - parted
     );
     Ok(if parted == 0 { Exit::Ok } else { Exit::Finding })
+}
+
+/// The model configuration a simulated run came from (`model.json`'s spec and point).
+fn config_of(file: &str, meta: &serde_json::Value) -> Result<kvcc_model::Config, InputError> {
+    let spec = meta["spec"]
+        .as_str()
+        .ok_or_else(|| InputError::file(file, "no `spec`"))?;
+    let point = Point::from_json(&meta["point"]).map_err(|m| InputError {
+        field: Some("point".into()),
+        ..InputError::file(file, m)
+    })?;
+    let (config, _notes) = Spec::load(spec)?.config_for_recorded(&point)?;
+    Ok(config)
 }
