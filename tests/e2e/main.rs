@@ -8,6 +8,7 @@ mod atomic;
 mod bench;
 mod check;
 mod ci;
+mod confirm_vllm;
 mod conform_cli;
 mod conform_recorder;
 mod conform_throughput;

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs vLLM (pinned) into a virtual environment cached at ~/.cache/kvcc/vllm-venv, for
+# `kvcc confirm` and its tests (issue 25). A second run with the venv present does
+# nothing. vLLM 0.34.0 pins flashinfer-python==0.7.3, which the registry lacks, so the
+# pin is overridden to 0.7.4 (plain `pip install vllm==0.34.0` fails).
+set -euo pipefail
+VLLM_VERSION=0.34.0
+venv=${KVCC_VLLM_VENV:-$HOME/.cache/kvcc/vllm-venv}
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('vllm') == '$VLLM_VERSION'" 2>/dev/null; then
+    echo "vLLM $VLLM_VERSION already in $venv"
+    exit 0
+fi
+start=$SECONDS
+mkdir -p "$(dirname "$venv")"
+python3 -m pip install --quiet --user uv==0.9.* 2>/dev/null || python3 -m pip install --quiet uv
+python3 -m uv venv -q -p python3.11 "$venv"
+overrides=$(mktemp)
+echo "flashinfer-python==0.7.4" > "$overrides"
+VIRTUAL_ENV=$venv python3 -m uv pip install -q --override "$overrides" "vllm==$VLLM_VERSION"
+rm -f "$overrides"
+echo "vLLM $VLLM_VERSION installed in $venv in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1))"

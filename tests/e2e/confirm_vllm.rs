@@ -1,0 +1,84 @@
+//! `kvcc confirm` against vLLM's own scheduler and aggregator (issue 25). Needs vLLM's
+//! virtual environment (`bash scripts/install-vllm.sh`): without it the tests skip with a
+//! loud message, unless KVCC_REQUIRE_VLLM is set (`.ci/run` sets it), when they fail.
+
+use crate::common::{root, run};
+
+const SEED_TRACE: &str = "docs/traces/pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=true__eventually-freed__delay-freed-request-never-freed.itf.json";
+
+fn vllm_available() -> bool {
+    let python = std::env::var_os("KVCC_VLLM_PYTHON")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| std::path::PathBuf::from(h).join(".cache/kvcc/vllm-venv/bin/python"))
+        });
+    if python.is_some_and(|p| p.is_file()) {
+        return true;
+    }
+    assert!(
+        std::env::var_os("KVCC_REQUIRE_VLLM").is_none(),
+        "KVCC_REQUIRE_VLLM is set but vLLM's venv is missing: run bash scripts/install-vllm.sh"
+    );
+    eprintln!("\n*** SKIPPED: vLLM is not installed; `bash scripts/install-vllm.sh` to run the vLLM tests ***\n");
+    false
+}
+
+fn trace() -> String {
+    root().join(SEED_TRACE).display().to_string()
+}
+
+#[test]
+fn issue25_seed_regression_is_confirmed_on_vllm_and_its_fix_is_not() {
+    if !vllm_available() {
+        return;
+    }
+    let regression = root()
+        .join("specs/pr59325-regression.toml")
+        .display()
+        .to_string();
+    let (code, out, err) = run(&["confirm", &trace(), "--spec", &regression]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("confirmed on vLLM 0.34.0: eventually-freed"),
+        "{out}"
+    );
+    assert!(out.contains("prefill still holds req0's blocks"), "{out}");
+    // The broken twin: the same steps with the fix's reports free the request.
+    let fix = root().join("specs/pr59325-fix.toml").display().to_string();
+    let (code, out, err) = run(&["confirm", &trace(), "--spec", &fix]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("not confirmed"), "{out}");
+    assert!(out.contains("freed req0"), "{out}");
+}
+
+#[test]
+fn issue25_simulated_runs_agree_with_vllm_and_a_wrong_model_event_parts() {
+    if !vllm_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("sim").display().to_string();
+    let spec = root()
+        .join("specs/pr59325-regression.toml")
+        .display()
+        .to_string();
+    let (code, _, err) = run(&[
+        "simulate", &spec, "--seed", "4", "--runs", "20", "--out", &out_dir,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let runs: Vec<String> = (0..20).map(|i| format!("{out_dir}/run-{i:04}")).collect();
+    let mut args = vec!["confirm"];
+    args.extend(runs.iter().map(String::as_str));
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("20 runs played into vLLM 0.34.0"), "{out}");
+    // The twin: a model log claiming a free vLLM never does must part.
+    let log = dir.path().join("sim/run-0000/prefill/scheduler.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("{\"step\":0,\"event\":\"freed\",\"request_id\":\"req7\"}\n");
+    std::fs::write(&log, text).unwrap();
+    let (code, out, _) = run(&args);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("parts at the prefill engine"), "{out}");
+}
