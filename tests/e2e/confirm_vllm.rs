@@ -24,10 +24,6 @@ fn vllm_available() -> bool {
     false
 }
 
-fn trace() -> String {
-    root().join(SEED_TRACE).display().to_string()
-}
-
 #[test]
 fn issue25_seed_regression_is_confirmed_on_vllm_and_its_fix_is_not() {
     if !vllm_available() {
