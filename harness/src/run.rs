@@ -34,6 +34,9 @@ pub struct Settings {
     /// Explore without the symmetry of interchangeable ranks and requests
     /// (`--no-symmetry`, to compare).
     pub no_symmetry: bool,
+    /// Explore past safety violations in every check (`--past-violations`), not only in
+    /// specs that ask for it.
+    pub past_violations: bool,
     /// Raised on SIGINT or SIGTERM: the check in progress ends inconclusive.
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -154,9 +157,16 @@ pub fn limits(spec: &Spec, settings: &Settings) -> Limits {
     }
 }
 
+/// Whether a case's search explores past safety violations: the spec asks for it
+/// (`[expect] past-violations`), or the command line does for every spec.
+pub fn past_violations(spec: &Spec, settings: &Settings) -> bool {
+    spec.expect.past_violations || settings.past_violations
+}
+
 /// Checks one case, writing its counterexamples when asked to.
 pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, InputError> {
-    let model = ContractModel::new(case.config.clone());
+    let past_violations = past_violations(spec, settings);
+    let model = ContractModel::new(case.config.clone()).past_violations(past_violations);
     let options = Options {
         threads: settings.threads.max(1),
         symmetry: !settings.no_symmetry,
@@ -164,6 +174,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         progress: settings.progress.clone(),
         shortest: settings.shortest,
         exact: settings.exact,
+        past_violations,
         interrupt: settings.interrupt.clone(),
         ..Options::default()
     };

@@ -37,13 +37,29 @@ pub struct ContractModel {
     /// Leaked once per model (a few hundred bytes) so that every state can point at it
     /// without a reference count; see [`crate::state::Shape`].
     pub topology: &'static Topology,
+    /// Whether stateright's interface (its checkers, its explorer) lists the successors
+    /// of a state that breaks a safety clause: off, a run stops there. kvcc's own
+    /// checker reads [`crate::checker::Options::past_violations`] instead; whoever builds
+    /// both sets them alike ([`ContractModel::past_violations`]).
+    pub past_violations: bool,
 }
 
 impl ContractModel {
     /// A model of a validated config.
     pub fn new(config: Config) -> ContractModel {
         let topology: &'static Topology = Box::leak(Box::new(Topology::new(&config)));
-        ContractModel { config, topology }
+        ContractModel {
+            config,
+            topology,
+            past_violations: false,
+        }
+    }
+
+    /// The same model, whose stateright interface explores past safety violations
+    /// (`on`) or stops at them.
+    pub fn past_violations(mut self, on: bool) -> ContractModel {
+        self.past_violations = on;
+        self
     }
 
     pub fn initial_state(&self) -> State {

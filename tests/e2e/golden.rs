@@ -29,8 +29,14 @@ fn step_text(spec_file: &Path) -> String {
             let _ = writeln!(out, "not a valid config: {e:?}");
             continue;
         }
-        let model = ContractModel::new(config);
-        let report = checker::check(&model, &Options::default());
+        // As `kvcc check` searches it: past safety violations where the spec asks.
+        let past_violations = spec.expect.past_violations;
+        let model = ContractModel::new(config).past_violations(past_violations);
+        let options = Options {
+            past_violations,
+            ..Options::default()
+        };
+        let report = checker::check(&model, &options);
         if report.counterexamples.is_empty() {
             let _ = writeln!(out, "no counterexample ({:?})", report.verdict);
         }

@@ -83,6 +83,13 @@ pub struct Args {
     /// compare its counts and verdicts with the reduced run's: more states, same verdicts.
     #[arg(long)]
     pub no_symmetry: bool,
+    /// Keep exploring past a state that breaks a safety clause, so that each check reports
+    /// every clause its bug breaks, also those reachable only after another one broke (as
+    /// every spec's `[expect] past-violations = true` does for itself). Costs states:
+    /// everything reachable past a violation is explored too; a spec's expectation is
+    /// judged against what this finds, so one written without it may see more clauses.
+    #[arg(long)]
+    pub past_violations: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -264,6 +271,7 @@ fn identity(args: &Args, plan: &[(Spec, Vec<Case>)], checks: usize) -> RunIdenti
         shortest: args.shortest,
         exact: args.exact,
         symmetry: !args.no_symmetry,
+        past_violations: args.past_violations,
         points: args.points.iter().map(selector_text).collect(),
     };
     let specs: Vec<(&str, &str)> = plan
@@ -308,6 +316,9 @@ fn settings(args: &Args) -> Settings {
     if args.no_symmetry {
         limit_args.push("--no-symmetry".to_string());
     }
+    if args.past_violations {
+        limit_args.push("--past-violations".to_string());
+    }
     Settings {
         progress: None,
         threads,
@@ -324,6 +335,7 @@ fn settings(args: &Args) -> Settings {
         all_traces: args.all_traces,
         exact: args.exact,
         no_symmetry: args.no_symmetry,
+        past_violations: args.past_violations,
         // Set once the handler is installed, in `exec`.
         interrupt: None,
     }

@@ -79,5 +79,8 @@ fn prepare(args: &Args) -> Result<(ContractModel, String, std::net::TcpListener)
     } else {
         format!("{} [{}]", spec.name, case.point)
     };
-    Ok((ContractModel::new(case.config), title, listener))
+    // The explorer lists a state's successors as the spec's search does: past a safety
+    // violation only when the spec asks (`[expect] past-violations`).
+    let model = ContractModel::new(case.config).past_violations(spec.expect.past_violations);
+    Ok((model, title, listener))
 }

@@ -15,7 +15,7 @@
 //!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null,
 //!  "settings": {"max_states": null, "max_depth": null, "timeout_seconds": null,
 //!               "max_memory": null, "shortest": false, "exact": false,
-//!               "symmetry": true, "points": []},
+//!               "symmetry": true, "past_violations": false, "points": []},
 //!  "run": "9a3e0c1d7b2f4e65"}
 //! ```
 //!
@@ -69,6 +69,9 @@ pub struct RunSettings {
     pub shortest: bool,
     pub exact: bool,
     pub symmetry: bool,
+    /// `--past-violations` (absent from lines of a kvcc before it: false).
+    #[serde(default)]
+    pub past_violations: bool,
     /// The `--point` selectors, as `path=value`.
     pub points: Vec<String>,
 }

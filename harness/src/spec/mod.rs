@@ -84,6 +84,10 @@ pub struct When {
 #[derive(Clone, Debug)]
 pub struct Expect {
     pub default: Expectation,
+    /// `past-violations = true`: every point's search explores past a state that breaks
+    /// a safety clause, so the expectation can name clauses reachable only after another
+    /// one broke (`kvcc_model::checker::Options::past_violations`).
+    pub past_violations: bool,
     /// The line of the `[expect]` table.
     pub line: usize,
     pub when: Vec<When>,
@@ -129,6 +133,8 @@ struct ExpectToml {
     violates_all: Option<Vec<String>>,
     #[serde(default)]
     violates_any: Option<Vec<String>>,
+    #[serde(default)]
+    past_violations: bool,
     #[serde(default)]
     when: Vec<WhenToml>,
 }
@@ -770,6 +776,7 @@ fn expectations(
     }
     Ok(Expect {
         default,
+        past_violations: parsed.past_violations,
         line: source.position(&root, Part::Key).0,
         when,
     })

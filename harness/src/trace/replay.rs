@@ -225,7 +225,8 @@ pub fn model_of(
     for note in notes {
         eprintln!("note: {note}");
     }
-    Ok(ContractModel::new(config))
+    // A trace the spec's search found past a safety violation replays past it too.
+    Ok(ContractModel::new(config).past_violations(spec.expect.past_violations))
 }
 
 /// Where the spec a trace names (`#meta.source`) is, read only inside the working tree or

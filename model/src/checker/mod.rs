@@ -157,6 +157,22 @@ where
         .filter(move |&c| model.clause_kind(c) == kind && !model.clause_holds(c, state))
 }
 
+/// Whether a walk expands a state, given whether it keeps every safety clause: the one
+/// rule the search, the cheapest counterexample, the point of no return and replay share.
+/// A state that breaks safety ends its run, unless [`Options::past_violations`].
+pub(crate) fn expands(safe: bool, past_violations: bool) -> bool {
+    safe || past_violations
+}
+
+/// Whether a liveness clause is judged at a state: a run may end there (`!forced`) and it
+/// keeps every safety clause. Also past violations: a state that still breaks safety
+/// where its run ends is that clause's counterexample, and what the run fails to do after
+/// a crash or a double free is the break's consequence, not a second bug; a state where a
+/// broken clause healed (a read outlived the free under it) is judged as any other.
+pub(crate) fn judges_liveness(safe: bool, forced: bool) -> bool {
+    safe && !forced
+}
+
 /// Does fairness force a step out of `state`? True when some enabled, non-optional action
 /// changes the state.
 pub fn forced_step<M>(model: &M, state: &M::State) -> bool
@@ -199,6 +215,15 @@ pub struct Options {
     /// Keep every state's full bytes and compare them on every fingerprint match
     /// ([`exact`]): a collision ends the check as inconclusive instead of passing unseen.
     pub exact: bool,
+    /// Explore past a state that breaks a safety clause instead of ending its run there,
+    /// so that a clause reachable only after another one broke (a completion for a
+    /// request the scheduler forgot, reached after the free that made it forget) is
+    /// reported too. Every walk does alike ([`expands`]); each clause's counterexample is
+    /// still the cheapest path to a state that breaks it, which may pass through states
+    /// that break others. Liveness is still judged only where a run may end with every
+    /// safety clause kept ([`judges_liveness`]). Costs states: everything reachable past
+    /// a violation is explored.
+    pub past_violations: bool,
     /// Where to publish live counters for a progress display, if anywhere.
     pub progress: Option<Arc<Progress>>,
     /// The hash states are named by: [`fingerprint_bytes`]. The estimate kvcc prints is
@@ -227,6 +252,7 @@ impl Default for Options {
             limits: Limits::default(),
             shortest: false,
             exact: false,
+            past_violations: false,
             progress: None,
             hash: fingerprint_bytes,
             interrupt: None,

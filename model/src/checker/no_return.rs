@@ -4,9 +4,10 @@
 //! whatever happens, it does not. Reviewers look for the step that crossed it.
 //!
 //! Computed on the explored graph, once for every violated liveness clause: every state
-//! reachable from the initial one, the states where a run may end with a clause kept (no
-//! forced action enabled, no safety clause broken), and, walking the edges backwards from
-//! those, every state that can still reach one. The walk repeats the search's, so it is
+//! reachable from the initial one (through a state that breaks safety only when the
+//! search explores past violations), the states where a run may end with a clause kept
+//! (no forced action enabled, no safety clause broken), and, walking the edges backwards
+//! from those, every state that can still reach one. The walk repeats the search's, so it is
 //! only taken when the search saw the graph whole (a cut search's graph is larger than the
 //! limits the user set) and it is no larger than [`STATES_MAX`], and it stops at the
 //! search's time and memory limits: past any of these there is no answer rather than a
@@ -26,6 +27,7 @@ pub const STATES_MAX: usize = 300_000;
 pub(super) fn points_of_no_return<M>(
     model: &M,
     naming: Naming,
+    past_violations: bool,
     clauses: &[(usize, &[u64])],
     allowance: &mut Allowance,
 ) -> Vec<Option<usize>>
@@ -59,7 +61,7 @@ where
             .next()
             .is_none();
         let mut forced = false;
-        if safe {
+        if super::expands(safe, past_violations) {
             actions.clear();
             if model.expand_actions(&state, &mut actions).is_err() {
                 return unknown;
@@ -79,7 +81,7 @@ where
                 reverse[to].push(next);
             }
         }
-        let end = safe && !forced;
+        let end = super::judges_liveness(safe, forced);
         for (good, &(clause, _)) in good.iter_mut().zip(clauses) {
             good.push(end && model.clause_holds(clause, &state));
         }

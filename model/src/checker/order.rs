@@ -11,8 +11,10 @@
 //! Ties go to the state pushed first: deterministic, single-threaded, in action order.
 //!
 //! Targets are judged exactly as the BFS judges them: a safety clause where it is false
-//! (such states are not expanded), a liveness clause where it is false and no action
-//! fairness forces is enabled (a run may end there).
+//! (such states are not expanded, unless the search explores past violations: then a
+//! path to one clause's target may pass through another's), a liveness clause where it
+//! is false, every safety clause holds and no action fairness forces is enabled (a run
+//! may end there).
 
 use super::allowance::{Allowance, Spent};
 use super::{Checkable, Kind, Naming};
@@ -87,6 +89,7 @@ struct Node {
 pub(super) fn cheapest<M>(
     model: &M,
     naming: Naming,
+    past_violations: bool,
     clauses: &[usize],
     allowance: &mut Allowance,
 ) -> (Vec<Option<Vec<u64>>>, Option<Spent>)
@@ -127,9 +130,8 @@ where
         nodes[node].settled = true;
         let state = model.unpack(&nodes[node].packed);
         let safe = mark_targets(model, &state, Kind::Safety, clauses, &mut found, node);
-        if !safe {
-            // The BFS stops at a broken safety clause; so does this search.
-        } else {
+        // Where the BFS stops at a broken safety clause, so does this search.
+        if super::expands(safe, past_violations) {
             actions.clear();
             if model.expand_actions(&state, &mut actions).is_err() {
                 // The BFS ends such a search as inconclusive; it never gets here.
@@ -162,7 +164,7 @@ where
                     heap.push(Reverse((next_cost, index)));
                 }
             }
-            if !forced {
+            if super::judges_liveness(safe, forced) {
                 mark_targets(model, &state, Kind::Liveness, clauses, &mut found, node);
             }
         }

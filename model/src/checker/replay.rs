@@ -14,6 +14,10 @@ pub enum ReplayError {
     NotEnabled { step: usize, action: String },
     /// The path replays but its last state does not break the clause.
     NotViolated { clause: String },
+    /// Step `step` (1-based) leaves a state that breaks safety clause `clause`, where the
+    /// model stops: the trace was found exploring past violations, and the spec no
+    /// longer asks for it (`[expect] past-violations`).
+    PastViolation { step: usize, clause: String },
 }
 
 impl fmt::Display for ReplayError {
@@ -24,6 +28,9 @@ impl fmt::Display for ReplayError {
             }
             ReplayError::NotEnabled { step, action } => {
                 write!(f, "step {step} (`{action}`) is not possible in the model from the state before it")
+            }
+            ReplayError::PastViolation { step, clause } => {
+                write!(f, "step {step} continues past a state that violates `{clause}`, where the spec stops (`[expect] past-violations = true` explores past it)")
             }
             ReplayError::NotViolated { clause } => {
                 write!(
@@ -66,6 +73,9 @@ type Replayed<M> = (
 /// Re-executes a fingerprint path from a concrete initial state, picking at each step the
 /// cheapest action ([`super::order::Cost`]: no fault over a fault, no expiry over one;
 /// then the first in `actions` order) whose canonical successor has the next fingerprint.
+/// Steps are listed as the search lists them ([`Checkable::expand_actions`]), so a path
+/// the search took past a safety violation replays whatever the model's own `actions`
+/// does there.
 pub(super) fn replay_fingerprints<M>(
     model: &M,
     path: &[u64],
@@ -89,7 +99,10 @@ where
     let mut actions = Vec::new();
     for (i, &want) in path.iter().enumerate().skip(1) {
         actions.clear();
-        model.actions(&state, &mut actions);
+        // A listing the search would have refused is no path it took.
+        if model.expand_actions(&state, &mut actions).is_err() {
+            actions.clear();
+        }
         let step = actions
             .drain(..)
             .filter_map(|action| {
@@ -135,6 +148,14 @@ where
             action: model.format_action(action),
         };
         if !enabled.contains(action) {
+            if enabled.is_empty() {
+                if let Some(clause) = super::broken_clauses(model, &state, Kind::Safety).next() {
+                    return Err(ReplayError::PastViolation {
+                        step: i + 1,
+                        clause: model.clause_name(clause),
+                    });
+                }
+            }
             return Err(not_enabled());
         }
         state = model

@@ -456,6 +456,7 @@ where
                     worker,
                     scratch,
                     &self.budget,
+                    self.options.past_violations,
                 );
                 if stopper.reason() != Stop::Running {
                     return;
@@ -570,7 +571,13 @@ where
     // A possible cycle leaves the explored graph whole; any other cut does not.
     let whole = matches!(cutoff, None | Some(Cutoff::PossibleCycle { .. }));
     let (mut cheapest, spent) = if whole && !options.shortest && !violated.is_empty() {
-        order::cheapest(model, options.naming(), &violated, allowance)
+        order::cheapest(
+            model,
+            options.naming(),
+            options.past_violations,
+            &violated,
+            allowance,
+        )
     } else {
         (Vec::new(), None)
     };
@@ -608,7 +615,13 @@ where
         && spent.is_none()
         && explored.unique_states <= no_return::STATES_MAX as u64;
     let points = if walk {
-        no_return::points_of_no_return(model, options.naming(), &liveness, allowance)
+        no_return::points_of_no_return(
+            model,
+            options.naming(),
+            options.past_violations,
+            &liveness,
+            allowance,
+        )
     } else {
         vec![None; liveness.len()]
     };
@@ -698,15 +711,17 @@ fn expand_state<M>(
     worker: &mut Worker,
     scratch: &mut Scratch<M::Action>,
     budget: &Budget,
+    past_violations: bool,
 ) where
     M: Checkable,
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let state = model.unpack(frontier.state(index));
-    // A state that breaks safety is where its run stops: not expanded, and liveness is
-    // not judged there.
-    if !record_broken(model, &state, Kind::Safety, index, scratch, worker) {
+    // A state that breaks safety is where its run stops (not expanded), unless the
+    // search explores past violations; liveness is not judged there either way.
+    let safe = record_broken(model, &state, Kind::Safety, index, scratch, worker);
+    if !super::expands(safe, past_violations) {
         return;
     }
     let mut actions = std::mem::take(&mut scratch.actions);
@@ -783,7 +798,7 @@ fn expand_state<M>(
     arena.truncate(end);
     scratch.candidates = candidates;
     scratch.actions = actions;
-    if !forced {
+    if super::judges_liveness(safe, forced) {
         record_broken(model, &state, Kind::Liveness, index, scratch, worker);
     }
 }
