@@ -1,63 +1,61 @@
-//! Build metadata: the commit kvcc is built from, `KVCC_COMMIT`, which every JSON line of
-//! a run carries so that `kvcc merge` can refuse shards checked by different code. It is
-//! `KVCC_COMMIT` from the build's environment when set (a build from a source archive can
-//! say what it is), else what `git rev-parse HEAD` says, else `unknown` (no git, or not a
-//! checkout): a clean clone and CI build alike.
+//! Build metadata: which code this kvcc is. `kvcc --version`, every JSON line and every
+//! JUnit report carry it, and `kvcc merge` refuses shards checked by different code. The
+//! rule is `build/source_state.rs`; this sets, for the crate:
+//!
+//! - `KVCC_COMMIT`: the commit, 40 hex digits, or `unknown`;
+//! - `KVCC_TREE`: `clean`, `dirty` or `unknown`;
+//! - `KVCC_VERSION_LINE`: what `kvcc --version` prints after `kvcc `;
+//! - `KVCC_BUILT_FROM`: the workspace paths the tree state is judged on, comma-separated.
 
+#[path = "build/source_state.rs"]
+mod source_state;
+
+use source_state::{git, BUILT_FROM};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/source_state.rs");
     println!("cargo:rerun-if-env-changed=KVCC_COMMIT");
-    let commit = std::env::var("KVCC_COMMIT")
-        .ok()
-        .filter(|c| !c.trim().is_empty())
-        .or_else(git_head)
-        .unwrap_or_else(|| "unknown".to_string());
-    println!("cargo:rustc-env=KVCC_COMMIT={}", commit.trim());
-}
-
-/// The manifest's directory: git is asked from there, whatever cargo's working directory.
-fn manifest_dir() -> PathBuf {
-    PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default())
-}
-
-/// A git command's trimmed output, or None if git is missing or fails.
-fn git(args: &[&str]) -> Option<String> {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(manifest_dir())
-        .output()
-        .ok()?;
-    if !output.status.success() {
-        return None;
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let given = std::env::var("KVCC_COMMIT").ok();
+    let (commit, tree) = source_state::state(&manifest, given.as_deref());
+    if tree != "unknown" {
+        watch(&manifest);
     }
-    let text = String::from_utf8(output.stdout).ok()?;
-    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    let line = source_state::version_line(&version, &commit, tree);
+    println!("cargo:rustc-env=KVCC_COMMIT={commit}");
+    println!("cargo:rustc-env=KVCC_TREE={tree}");
+    println!("cargo:rustc-env=KVCC_VERSION_LINE={line}");
+    println!("cargo:rustc-env=KVCC_BUILT_FROM={}", BUILT_FROM.join(","));
 }
 
-/// HEAD's commit, watching the files that move with it: without them, cargo would keep
-/// the commit of the first build through every later commit.
-fn git_head() -> Option<String> {
-    let head = git(&["rev-parse", "HEAD"])?;
+/// Tells cargo to run this script again when the commit or the tree state may have moved:
+/// without it cargo would keep the first build's answer through every later commit and
+/// edit. The files HEAD names move with a commit; the built-from paths with an edit
+/// (cargo scans a directory for the newest file in it).
+fn watch(manifest: &Path) {
     let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
     // The branch HEAD names; its directory too, since a commit may create its file.
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+    if let Some(branch) = git(manifest, &["symbolic-ref", "-q", "HEAD"]) {
         if let Some((dir, _)) = branch.rsplit_once('/') {
             watched.push(dir.to_string());
         }
         watched.push(branch);
     }
-    for name in watched {
-        let Some(path) = git(&["rev-parse", "--git-path", &name]) else {
-            continue;
-        };
-        let path = manifest_dir().join(Path::new(&path));
+    let mut paths: Vec<PathBuf> = watched
+        .iter()
+        .filter_map(|name| git(manifest, &["rev-parse", "--git-path", name]))
+        .map(|path| manifest.join(path))
+        .collect();
+    if let Some(root) = manifest.parent() {
+        paths.extend(BUILT_FROM.iter().map(|p| root.join(p)));
+    }
+    for path in paths {
         // A path that does not exist would make cargo run this script on every build.
         if path.exists() {
             println!("cargo:rerun-if-changed={}", path.display());
         }
     }
-    Some(head)
 }

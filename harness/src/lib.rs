@@ -34,8 +34,46 @@ pub mod trace;
 pub use kvcc_model::VERSION;
 
 /// The commit this kvcc was built from (`git rev-parse HEAD` at build time, `unknown`
-/// outside a checkout; `build.rs`): with [`VERSION`], which code checked a run.
+/// outside a checkout; `build.rs`): with [`VERSION`] and [`dirty`], which code checked a
+/// run.
 pub const COMMIT: &str = env!("KVCC_COMMIT");
+
+/// What `kvcc --version` prints after `kvcc `: the version, the commit and the tree state,
+/// composed by `build.rs`.
+pub const VERSION_LINE: &str = env!("KVCC_VERSION_LINE");
+
+/// The workspace paths whose state at build time [`dirty`] reports (`build.rs`).
+pub const BUILT_FROM: &str = env!("KVCC_BUILT_FROM");
+
+/// Whether a file this kvcc was built from differed from [`COMMIT`] (edited, or new and
+/// untracked) when it was built; None when that is not known (not built from a git
+/// checkout, or the commit was given by the builder).
+pub fn dirty() -> Option<bool> {
+    match env!("KVCC_TREE") {
+        "clean" => Some(false),
+        "dirty" => Some(true),
+        _ => None,
+    }
+}
+
+/// The code that checked a run, as every report states it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Build {
+    pub version: String,
+    pub commit: String,
+    pub dirty: Option<bool>,
+}
+
+impl Build {
+    /// This kvcc.
+    pub fn this() -> Build {
+        Build {
+            version: VERSION.to_string(),
+            commit: COMMIT.to_string(),
+            dirty: dirty(),
+        }
+    }
+}
 
 /// How a command ends, as its exit code says it (ripgrep and cargo use the same three).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,3 +29,4 @@ mod simulate_cli;
 mod simulate_closed_loop;
 mod terminal;
 mod traces;
+mod version;

@@ -90,6 +90,15 @@ fn issue23_merge_refuses_shards_of_different_runs() {
         1,
         "kvcc_commit",
     );
+    // The same commit built from an edited tree (issue 27).
+    let dirty = other.path().join("dirty.jsonl");
+    std::fs::copy(&same[1], &dirty).unwrap();
+    let dirty = dirty.display().to_string();
+    edit_lines(&dirty, |_, v| {
+        let flipped = !v["kvcc_dirty"].as_bool().unwrap_or(false);
+        v["kvcc_dirty"] = flipped.into();
+    });
+    refused(&[same[0].clone(), dirty.clone()], &dirty, 1, "kvcc_dirty");
 
     // The spec edited between the two shards' runs: same points, another content.
     let edited = tempfile::tempdir().unwrap();

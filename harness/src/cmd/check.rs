@@ -10,7 +10,7 @@ use crate::run::{self, Observed, Outcome, Settings};
 use crate::shard::{self, Shard};
 use crate::spec::point::{value_text, Selector};
 use crate::spec::{self, Case, Spec};
-use crate::Exit;
+use crate::{Build, Exit};
 use kvcc_model::checker::{Cutoff, Limits};
 use kvcc_model::InputError;
 use std::io::IsTerminal;
@@ -127,7 +127,7 @@ pub fn exec(args: Args) -> Exit {
     };
     let plan = match plan(&args.paths, &args.points) {
         Ok(plan) => plan,
-        Err(errors) => return report::finish(&out, &[], &errors),
+        Err(errors) => return report::finish(&out, &Build::this(), &[], &errors),
     };
     let checks: Vec<(&Spec, &Case)> = plan
         .iter()
@@ -141,7 +141,7 @@ pub fn exec(args: Args) -> Exit {
                 field: Some("--trace-dir".into()),
                 ..InputError::file(dir, format!("cannot write traces there: {e}"))
             };
-            return report::finish(&out, &[], &[error]);
+            return report::finish(&out, &Build::this(), &[], &[error]);
         }
     }
     let identity = identity(&args, &plan, checks.len());
@@ -149,7 +149,7 @@ pub fn exec(args: Args) -> Exit {
         Ok(interrupt) => interrupt,
         Err(e) => {
             let error = InputError::usage(format!("cannot install the SIGINT handler: {e}"));
-            return report::finish(&out, &[], &[error]);
+            return report::finish(&out, &Build::this(), &[], &[error]);
         }
     };
     // Estimates feed the shard assignment and the terminal's ETA; a plain run piped to a
@@ -184,7 +184,7 @@ pub fn exec(args: Args) -> Exit {
             Ok(o) => o,
             Err(e) => {
                 drop(progress);
-                return report::finish(&out, &outcomes, &[e]);
+                return report::finish(&out, &Build::this(), &outcomes, &[e]);
             }
         };
         progress.finish();
@@ -201,7 +201,7 @@ pub fn exec(args: Args) -> Exit {
         outcomes.push(outcome);
     }
     drop(progress);
-    let exit = report::finish(&out, &outcomes, &[]);
+    let exit = report::finish(&out, &Build::this(), &outcomes, &[]);
     match interrupt.signal() {
         None => exit,
         Some(signal) => {

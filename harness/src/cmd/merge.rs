@@ -7,7 +7,7 @@ use crate::report::{self, Output};
 use crate::run::Outcome;
 use crate::spec::point::Selector;
 use crate::spec::Spec;
-use crate::Exit;
+use crate::{Build, Exit};
 use kvcc_model::InputError;
 use std::path::Path;
 
@@ -100,8 +100,17 @@ pub fn exec(args: Args) -> Exit {
             outln!("{}", json::line(&e.checked.outcome, whole, &identity));
         }
     }
+    // The JUnit report names the code that checked the shards, not this kvcc.
+    let build = match entries.first() {
+        Some(e) if errors.is_empty() => Build {
+            version: e.checked.kvcc_version.clone(),
+            commit: e.checked.kvcc_commit.clone(),
+            dirty: e.checked.kvcc_dirty,
+        },
+        _ => Build::this(),
+    };
     let outcomes: Vec<Outcome> = entries.into_iter().map(|e| e.checked.outcome).collect();
-    report::finish(&out, &outcomes, &errors)
+    report::finish(&out, &build, &outcomes, &errors)
 }
 
 /// Reads one shard's lines; a line that is not kvcc's names its file, line and field.
@@ -166,6 +175,9 @@ fn same_run(entries: &[Entry]) -> Vec<InputError> {
                 b.kvcc_commit.clone(),
                 first,
             ))
+        } else if a.kvcc_dirty != b.kvcc_dirty {
+            let text = |d: Option<bool>| d.map_or("null".to_string(), |d| d.to_string());
+            Some(("kvcc_dirty", text(a.kvcc_dirty), text(b.kvcc_dirty), first))
         } else if a.settings != b.settings {
             let text = |s| serde_json::to_string(s).unwrap_or_default();
             Some(("settings", text(&a.settings), text(&b.settings), first))
@@ -382,6 +394,7 @@ fn identity(entries: &[Entry]) -> RunIdentity {
     RunIdentity {
         kvcc_version: c.kvcc_version.clone(),
         kvcc_commit: c.kvcc_commit.clone(),
+        kvcc_dirty: c.kvcc_dirty,
         settings: c.settings.clone(),
         spec_hashes: entries
             .iter()

@@ -37,7 +37,7 @@ does not reproduce), 2 a usage or input error.";
 /// reachable state, compares the verdict with the spec, and explains every violation as
 /// a counterexample for reviewers.
 #[derive(Debug, Parser)]
-#[command(name = "kvcc", version, after_help = EXAMPLES)]
+#[command(name = "kvcc", version = crate::VERSION_LINE, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -3,7 +3,7 @@
 //!
 //! ```json
 //! {"format_version": 2, "kvcc_version": "0.1.0", "kvcc_commit": "64282b6...",
-//!  "spec": "seed-59325", "file": "specs/seed-59325.toml",
+//!  "kvcc_dirty": false, "spec": "seed-59325", "file": "specs/seed-59325.toml",
 //!  "spec_hash": "5f0c6a8d2e4b1c37", "point": {"prefill.pcp": 2},
 //!  "verdict": "violated", "inconclusive_reason": null,
 //!  "violations": [{"property": "eventually-freed",
@@ -20,6 +20,9 @@
 //! ```
 //!
 //! - `kvcc_commit`: the commit kvcc was built from (`unknown` outside a checkout).
+//! - `kvcc_dirty`: whether a file kvcc was built from differed from that commit (see
+//!   `kvcc --version`); null when not known (not built from a git checkout, or the commit
+//!   was given by the builder as `KVCC_COMMIT`). Absent from lines of a kvcc before it.
 //! - `spec_hash`: xxh3-64 of the spec file's bytes, 16 hex digits.
 //! - `verdict`: `holds`, `violated` or `inconclusive` (a limit cut the run:
 //!   `inconclusive_reason` says which; `violations` lists what was found before it).
@@ -35,11 +38,12 @@
 //! - `check`, `checks`: this check's position in the whole (unsharded) run and how many
 //!   checks that run has; `shard`: `"I/N"` under `--shard`, else null.
 //! - `settings`: the command-line settings that can change a verdict or which checks run.
-//! - `run`: xxh3-64 of the run's identity: kvcc's version and commit, the settings, every
+//! - `run`: xxh3-64 of the run's identity: kvcc's version, commit and tree state, the settings, every
 //!   spec file of the run with its `spec_hash`, and `checks`. Shards of one run share it.
 //!
 //! Fields are only ever added within one `format_version`. Version 2 added `kvcc_commit`,
-//! `spec_hash`, `settings` and `run`, which `kvcc merge` requires.
+//! `spec_hash`, `settings` and `run`, which `kvcc merge` requires; later, `kvcc_dirty`, and
+//! `kvcc_commit` and `kvcc_dirty` on error lines.
 
 use crate::run::{Observed, Outcome, Violation};
 use crate::shard::Shard;
@@ -82,6 +86,7 @@ pub struct RunSettings {
 pub struct RunIdentity {
     pub kvcc_version: String,
     pub kvcc_commit: String,
+    pub kvcc_dirty: Option<bool>,
     pub settings: RunSettings,
     /// Each spec file of the run, as given, to the [`spec_hash`] of its content.
     pub spec_hashes: BTreeMap<String, String>,
@@ -94,6 +99,7 @@ pub struct RunIdentity {
 struct Hashed<'a> {
     kvcc_version: &'a str,
     kvcc_commit: &'a str,
+    kvcc_dirty: Option<bool>,
     settings: &'a RunSettings,
     specs: &'a [(String, String)],
     checks: usize,
@@ -110,6 +116,7 @@ impl RunIdentity {
         let hashed = Hashed {
             kvcc_version: crate::VERSION,
             kvcc_commit: crate::COMMIT,
+            kvcc_dirty: crate::dirty(),
             settings: &settings,
             specs: &specs,
             checks,
@@ -118,6 +125,7 @@ impl RunIdentity {
         RunIdentity {
             kvcc_version: crate::VERSION.to_string(),
             kvcc_commit: crate::COMMIT.to_string(),
+            kvcc_dirty: crate::dirty(),
             settings,
             spec_hashes: specs.into_iter().collect(),
             run: format!("{:016x}", fingerprint_bytes(text.as_bytes())),
@@ -144,6 +152,9 @@ pub struct Line {
     pub format_version: u32,
     pub kvcc_version: String,
     pub kvcc_commit: String,
+    /// Absent from lines of a kvcc before it: null, not known.
+    #[serde(default)]
+    pub kvcc_dirty: Option<bool>,
     pub spec: String,
     pub file: String,
     pub spec_hash: String,
@@ -181,11 +192,16 @@ pub struct ViolationLine {
     pub depth: usize,
 }
 
-/// An input error, as `{"format_version": 1, "kvcc_version": ..., "error": {...}}`.
+/// An input error, as `{"format_version": 2, "kvcc_version": ..., "kvcc_commit": ...,
+/// "kvcc_dirty": ..., "error": {...}}`.
 #[derive(Serialize, Deserialize)]
 pub struct ErrorLine {
     pub format_version: u32,
     pub kvcc_version: String,
+    #[serde(default)]
+    pub kvcc_commit: Option<String>,
+    #[serde(default)]
+    pub kvcc_dirty: Option<bool>,
     pub error: ErrorFields,
 }
 
@@ -251,6 +267,7 @@ pub fn line(o: &Outcome, at: Position, run: &RunIdentity) -> String {
         format_version: FORMAT_VERSION,
         kvcc_version: run.kvcc_version.clone(),
         kvcc_commit: run.kvcc_commit.clone(),
+        kvcc_dirty: run.kvcc_dirty,
         spec: o.spec.clone(),
         file: o.file.clone(),
         spec_hash: run.spec_hashes.get(&o.file).cloned().unwrap_or_default(),
@@ -294,6 +311,8 @@ pub fn error_line(e: &InputError) -> String {
     let line = ErrorLine {
         format_version: FORMAT_VERSION,
         kvcc_version: crate::VERSION.to_string(),
+        kvcc_commit: Some(crate::COMMIT.to_string()),
+        kvcc_dirty: crate::dirty(),
         error: ErrorFields {
             file: e.file.clone(),
             line: e.at.map(|(l, _)| l),
@@ -321,6 +340,7 @@ pub struct Checked {
     pub matches_stated: bool,
     pub kvcc_version: String,
     pub kvcc_commit: String,
+    pub kvcc_dirty: Option<bool>,
     pub spec_hash: String,
     pub settings: RunSettings,
     pub run: String,
@@ -461,6 +481,7 @@ pub fn read(text: &str) -> Result<Read, InputError> {
         matches_stated: l.matches,
         kvcc_version: l.kvcc_version,
         kvcc_commit: l.kvcc_commit,
+        kvcc_dirty: l.kvcc_dirty,
         spec_hash: l.spec_hash,
         settings: l.settings,
         run: l.run,

@@ -2,15 +2,17 @@
 //! spec file and one `<testcase>` per check, with the spec's `file` and the `line` of its
 //! expectation; a mismatch is a `<failure>`. An input error (exit 2) is a testcase of its
 //! own with an `<error>`, in a testsuite named after its file, so CI shows why nothing was
-//! checked.
+//! checked. Every testsuite has the properties `kvcc_version`, `kvcc_commit` and
+//! `kvcc_dirty` (`true`, `false` or `unknown`): the code that checked it.
 
 use crate::report::diagnostic;
 use crate::run::Outcome;
+use crate::Build;
 use kvcc_model::InputError;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use std::time::Duration;
 
-pub fn render(outcomes: &[Outcome], errors: &[InputError]) -> String {
+pub fn render(outcomes: &[Outcome], errors: &[InputError], build: &Build) -> String {
     let mut report = Report::new("kvcc");
     let mut files: Vec<&str> = Vec::new();
     for o in outcomes {
@@ -28,16 +30,30 @@ pub fn render(outcomes: &[Outcome], errors: &[InputError]) -> String {
         }
         suite.set_time(time);
         total += time;
+        add_build(&mut suite, build);
         report.add_test_suite(suite);
     }
     for error in errors {
-        report.add_test_suite(error_suite(error));
+        let mut suite = error_suite(error);
+        add_build(&mut suite, build);
+        report.add_test_suite(suite);
     }
     report.set_time(total);
     // quick-junit writes to memory here; an error would be a bug in it, not bad input.
     report
         .to_string()
         .unwrap_or_else(|e| format!("<!-- JUnit report could not be written: {e} -->\n"))
+}
+
+/// The code that checked the suite, as properties: JUnit has no place for it on the
+/// report itself.
+fn add_build(suite: &mut TestSuite, build: &Build) {
+    let dirty = build.dirty.map_or("unknown".to_string(), |d| d.to_string());
+    suite.add_properties([
+        ("kvcc_version", build.version.as_str()),
+        ("kvcc_commit", build.commit.as_str()),
+        ("kvcc_dirty", dirty.as_str()),
+    ]);
 }
 
 fn seconds(s: f64) -> Duration {

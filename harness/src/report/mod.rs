@@ -12,7 +12,7 @@ pub mod table;
 
 use crate::out::outln;
 use crate::run::Outcome;
-use crate::Exit;
+use crate::{Build, Exit};
 use kvcc_model::InputError;
 use std::io::Write;
 
@@ -86,8 +86,9 @@ pub fn print_errors(errors: &[InputError]) {
 
 /// Reports the results (and any input errors) everywhere `out` asks for, and says how the
 /// command ends: 2 on an input error, 1 on a mismatch, else 0. JSON lines of checks are
-/// printed as they finish, by the caller; this prints the error lines.
-pub fn finish(out: &Output, outcomes: &[Outcome], errors: &[InputError]) -> Exit {
+/// printed as they finish, by the caller; this prints the error lines. `build` is the code
+/// that checked the outcomes, which the JUnit report names.
+pub fn finish(out: &Output, build: &Build, outcomes: &[Outcome], errors: &[InputError]) -> Exit {
     if !errors.is_empty() {
         print_errors(errors);
         if out.json {
@@ -119,7 +120,7 @@ pub fn finish(out: &Output, outcomes: &[Outcome], errors: &[InputError]) -> Exit
         }
     }
     if let Some(file) = &out.junit {
-        let xml = junit::render(outcomes, errors);
+        let xml = junit::render(outcomes, errors, build);
         if let Err(e) = crate::atomic::write(std::path::Path::new(file), xml.as_bytes()) {
             print_errors(&[InputError::file(
                 file,
