@@ -9,6 +9,7 @@ mod bench;
 mod check;
 mod ci;
 mod confirm_vllm;
+mod completions;
 mod conform_cli;
 mod conform_recorder;
 mod conform_throughput;

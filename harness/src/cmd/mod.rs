@@ -3,9 +3,11 @@
 //! file here, one `Command` variant and one `exec` arm.
 
 pub mod check;
+pub mod completions;
 pub mod confirm;
 pub mod conform;
 pub mod explore;
+pub mod man;
 pub mod merge;
 pub mod replay;
 pub mod schema;
@@ -26,6 +28,8 @@ Examples:
   kvcc confirm traces/<name>.itf.json          play a counterexample into vLLM's own scheduler
   kvcc check --shard 1/3 --format json > s1.jsonl    one of three runners; then
   kvcc merge s1.jsonl s2.jsonl s3.jsonl --junit kvcc.xml
+  kvcc completions bash > ~/.local/share/bash-completion/completions/kvcc
+  kvcc man | man -l -
 
 Exit codes: 0 as expected, 1 a finding (a verdict differs from its expectation, a trace
 does not reproduce), 2 a usage or input error.";
@@ -77,6 +81,8 @@ pub enum Command {
     Confirm(confirm::Args),
     Simulate(simulate::Args),
     Merge(merge::Args),
+    Completions(completions::Args),
+    Man(man::Args),
 }
 
 impl Command {
@@ -90,6 +96,8 @@ impl Command {
             Command::Confirm(args) => confirm::exec(args),
             Command::Simulate(args) => simulate::exec(args),
             Command::Merge(args) => merge::exec(args),
+            Command::Completions(args) => completions::exec(args),
+            Command::Man(args) => man::exec(args),
         }
     }
 }
