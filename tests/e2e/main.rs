@@ -4,6 +4,7 @@
 
 mod common;
 
+mod actionlint;
 mod atomic;
 mod bench;
 mod check;
