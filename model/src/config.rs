@@ -16,8 +16,10 @@ pub struct Config {
     /// Requests in flight (1–3).
     pub requests: u8,
     /// vLLM's `max_concurrent_batches`: with 2 (async scheduling or PP) a worker learns of
-    /// a request finished in step k only at step k+1.
-    #[serde(default = "one")]
+    /// a request finished in step k only at step k+1. Default 2: vLLM 0.34.0 turns async
+    /// scheduling on unless something is incompatible (config/vllm.py,
+    /// `VllmConfig.__post_init__`), and `max_concurrent_batches` is then pp + 1.
+    #[serde(default = "two")]
     pub max_concurrent_batches: u8,
     /// What the connector's `get_finished_count()` returns; `E` of both aggregators.
     pub expected_count: ExpectedCount,
@@ -58,8 +60,8 @@ pub struct Delivery {
     pub notification: Vec<crate::message::Delivery>,
 }
 
-fn one() -> u8 {
-    1
+fn two() -> u8 {
+    2
 }
 
 /// The prefill instance P.
@@ -462,6 +464,25 @@ pub struct Scheduler {
     pub final_step_preemption: FinalStepPreemption,
     /// What D's scheduler does with a request whose remote load failed.
     pub kv_load_failure_policy: KvLoadFailurePolicy,
+    /// What either scheduler does with a completion for a request it has already freed.
+    pub unknown_completion: UnknownCompletion,
+}
+
+/// A completion (`finished_sending`, `finished_recving`) naming a request the scheduler
+/// has freed and forgotten: aborted and freed at once, failed, freed by an earlier
+/// completion or its lease. vLLM 0.34's `_update_from_kv_xfer_finished`
+/// (v1/core/sched/scheduler.py) asserts the id is still in `requests`; vLLM issue #43226
+/// and PRs #43265, #45628 and #55286 propose to drop it instead. Either way a completion
+/// for a request still live and not waiting for it (running, prefilling) fails the
+/// assertions that follow, so only forgotten requests differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnknownCompletion {
+    /// The assertion fails and the engine core dies (current vLLM).
+    #[default]
+    Assert,
+    /// The stale id is skipped (logged at most): the engine lives on.
+    Drop,
 }
 
 /// vLLM's `kv_load_failure_policy` (vllm/config/kv_transfer.py; the scheduler's

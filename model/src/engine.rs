@@ -121,7 +121,7 @@ pub fn prefill_step(
         state.once |= State::ONCE_COUNT_ANNOUNCED;
     }
     let outcome = aggregate(config, state, &outputs, Engine::Prefill, output_rank);
-    scheduler::on_prefill_outcome(state, &outcome);
+    scheduler::on_prefill_outcome(config, state, &outcome);
     outputs
 }
 

@@ -461,7 +461,7 @@ fn counted_lines(prefill: bool, before: &State, after: &State) -> Vec<String> {
 }
 
 /// What an engine step's aggregator and scheduler did, in the step's line.
-fn outcome_lines(engine: &str, before: &State, after: &State) -> Vec<String> {
+fn outcome_lines(t: &Topology, engine: &str, before: &State, after: &State) -> Vec<String> {
     let mut lines: Vec<String> = counted_lines(engine == "P", before, after)
         .into_iter()
         .map(|l| format!("{engine} aggregator: {l}"))
@@ -471,7 +471,33 @@ fn outcome_lines(engine: &str, before: &State, after: &State) -> Vec<String> {
             .into_iter()
             .map(|(side, l)| format!("{side} scheduler: {l}")),
     );
+    lines.extend(
+        emitted(engine == "P", before, after)
+            .into_iter()
+            .filter(|_| t.drops_stale_completions)
+            .filter(|&(_, r)| dropped_as_stale(engine == "P", r, before, after))
+            .map(|(_, r)| {
+                format!(
+                    "{engine} scheduler: req{r} is no longer known, the completion is dropped \
+                     (scheduler.unknown-completion = drop)"
+                )
+            }),
+    );
     lines
+}
+
+/// An emitted id the scheduler skipped (under `scheduler.unknown-completion = "drop"`):
+/// its request was already forgotten.
+fn dropped_as_stale(prefill: bool, r: RequestId, before: &State, after: &State) -> bool {
+    let (b, a) = (
+        &before.requests[usize::from(r)],
+        &after.requests[usize::from(r)],
+    );
+    if prefill {
+        a.prefill == b.prefill && a.prefill.forgotten()
+    } else {
+        a.decode == b.decode && a.decode.forgotten()
+    }
 }
 
 /// D's pool after a step that can change it (`decode.kv-blocks`).
@@ -665,8 +691,18 @@ fn metadata_lines(prefill: bool, before: &State, after: &State) -> Vec<String> {
             } else {
                 (b.recv_meta, a.recv_meta, "load")
             };
-            (was != is && is == Metadata::Delivered)
-                .then(|| format!("{what} metadata of req{r} reaches the workers"))
+            match (was, is) {
+                (Metadata::Due(_), Metadata::Delivered) => {
+                    Some(format!("{what} metadata of req{r} reaches the workers"))
+                }
+                // With async scheduling the batch now running was scheduled before the
+                // request's metadata existed; it rides in the next one.
+                (Metadata::Due(_), Metadata::Due(_)) if was != is => Some(format!(
+                    "{what} metadata of req{r} waits for the next batch \
+                     (async scheduling: this one was scheduled before it)"
+                )),
+                _ => None,
+            }
         })
         .collect()
 }
@@ -682,7 +718,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
             what.extend(prefill_worker_lines(t, before, after));
             what.extend(skipped_lines(t, after));
             what.extend(report_lines("P", &reports(action, before, after)));
-            what.extend(outcome_lines("P", before, after));
+            what.extend(outcome_lines(t, "P", before, after));
             if what.is_empty() {
                 what.push("nothing reported".into());
             }
@@ -696,7 +732,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                     .map(|n| notification_line(n, t, after)),
             );
             what.extend(report_lines("D", &reports(action, before, after)));
-            what.extend(outcome_lines("D", before, after));
+            what.extend(outcome_lines(t, "D", before, after));
             if what.is_empty() {
                 what.push("nothing reported".into());
             }

@@ -8,7 +8,7 @@
 
 use crate::config::{
     AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, FinalStepPreemption,
-    KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping,
+    KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping, UnknownCompletion,
 };
 use crate::state::{
     DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
@@ -268,8 +268,15 @@ pub fn decode_steps(config: &Config, state: &State) -> bool {
 // lifetime, so a late report is classified as beyond-E or a resend rather than as
 // unannounced. Only a free the connector did not agree to retires an id early.
 
+/// Whether a completion the scheduler cannot act on kills the engine: every such
+/// completion does under `assert` (current vLLM), only one for a request still live
+/// under `drop` (the stale id of a forgotten request is skipped).
+fn completion_kills(config: &Config, forgotten: bool) -> bool {
+    config.scheduler.unknown_completion == UnknownCompletion::Assert || !forgotten
+}
+
 /// P's scheduler acts on an aggregated step.
-pub fn on_prefill_outcome(state: &mut State, outcome: &StepOutcome<RequestId>) {
+pub fn on_prefill_outcome(config: &Config, state: &mut State, outcome: &StepOutcome<RequestId>) {
     for &r in &outcome.finished_sending {
         note_emission(state, r, Request::EMITTED_SEND);
         let request = &mut state.requests[usize::from(r)];
@@ -280,7 +287,7 @@ pub fn on_prefill_outcome(state: &mut State, outcome: &StepOutcome<RequestId>) {
             }
             // Judged: forget it, so that states differing only there merge again.
             state.requests[usize::from(r)].rescue = 0;
-        } else {
+        } else if completion_kills(config, request.prefill.forgotten()) {
             state.incidents.set(Incidents::SEND_FOR_UNKNOWN);
         }
     }
@@ -289,7 +296,7 @@ pub fn on_prefill_outcome(state: &mut State, outcome: &StepOutcome<RequestId>) {
         let request = &mut state.requests[usize::from(r)];
         if request.prefill == PrefillPhase::LoadingKv {
             request.prefill = PrefillPhase::Prefilling;
-        } else {
+        } else if completion_kills(config, request.prefill.forgotten()) {
             state.incidents.set(Incidents::LOAD_FOR_UNKNOWN);
         }
     }
@@ -316,7 +323,9 @@ pub fn on_decode_outcome(config: &Config, state: &mut State, outcome: &StepOutco
             DecodePhase::Loading => DecodePhase::Running,
             DecodePhase::AbortedLoading => DecodePhase::Freed,
             other => {
-                state.incidents.set(Incidents::RECV_FOR_UNKNOWN);
+                if completion_kills(config, other.forgotten()) {
+                    state.incidents.set(Incidents::RECV_FOR_UNKNOWN);
+                }
                 other
             }
         };

@@ -85,7 +85,31 @@ pub enum DecodePhase {
     Recomputing,
 }
 
+impl PrefillPhase {
+    /// Freed and removed from P scheduler's `requests`: a completion naming it finds
+    /// nothing (`scheduler.unknown-completion`).
+    pub fn forgotten(self) -> bool {
+        matches!(
+            self,
+            PrefillPhase::Released
+                | PrefillPhase::Dropped
+                | PrefillPhase::AbortFreed
+                | PrefillPhase::FinishedEmpty
+        )
+    }
+}
+
 impl DecodePhase {
+    /// Freed and removed from D scheduler's `requests` (an error under
+    /// `kv_load_failure_policy = "fail"` included): a completion naming it finds nothing
+    /// (`scheduler.unknown-completion`).
+    pub fn forgotten(self) -> bool {
+        matches!(
+            self,
+            DecodePhase::Failed | DecodePhase::Freed | DecodePhase::Gone | DecodePhase::Done
+        )
+    }
+
     /// Blocks of D's pool the request holds (`decode.kv-blocks`): the prefix's from
     /// admission until it is freed, the rest's while it runs. An aborted load keeps its
     /// block until `finished_recving` says the workers stopped writing into it.

@@ -84,6 +84,9 @@ pub struct Topology {
     /// D's notifications travel as events of their own (`delivery.notification` late or
     /// duplicated): only then do states record those on their way.
     pub notifications_travel: bool,
+    /// Both schedulers skip a completion for a request they have forgotten
+    /// (`scheduler.unknown-completion = "drop"`): traces say so where it happens.
+    pub drops_stale_completions: bool,
 }
 
 impl Topology {
@@ -210,6 +213,8 @@ impl Topology {
             leases: config.producer.lease,
             notifications_travel: config.notification_delivery(crate::message::Delivery::Late)
                 || config.notification_delivery(crate::message::Delivery::Duplicated),
+            drops_stale_completions: config.scheduler.unknown_completion
+                == crate::config::UnknownCompletion::Drop,
             ordered_leases: config.producer.lease
                 && config.producer.lease_reaper == LeaseReaper::HeadOnly
                 && config.requests > 1,

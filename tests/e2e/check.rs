@@ -297,8 +297,8 @@ fn json_lines_parse_and_carry_the_documented_fields() {
         pcp2["violations"][0]["clause"],
         "delay-freed-request-never-freed"
     );
-    assert_eq!(pcp2["violations"][0]["depth"], 6);
-    assert_eq!(pcp2["unique_states"], 13);
+    assert_eq!(pcp2["violations"][0]["depth"], 8);
+    assert_eq!(pcp2["unique_states"], 23);
     assert_eq!(lines[3]["spec"], "mismatch");
     assert_eq!(lines[3]["matches"], false);
     assert_eq!(lines[3]["expected"]["verdict"], "holds");

@@ -365,6 +365,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         &["\"fail\"", "\"recompute\""],
     ),
     (
+        "scheduler",
+        "unknown-completion",
+        &["\"assert\"", "\"drop\""],
+    ),
+    (
         "delivery",
         "notification",
         &[

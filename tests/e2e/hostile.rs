@@ -248,7 +248,7 @@ fn issue16_limits_bite_inside_a_state_that_explodes() {
         );
         let (stdout, elapsed) = limited_check("too-many-successors", threads, &["--timeout", "5"]);
         assert!(
-            stdout.contains("inconclusive (a state at depth 3 has 907924 successors"),
+            stdout.contains("inconclusive (a state at depth 4 has 907924 successors"),
             "{stdout}"
         );
         assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");

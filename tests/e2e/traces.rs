@@ -82,7 +82,7 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
     assert!(md.contains("```mermaid\nsequenceDiagram\n"), "{md}");
     assert!(md.contains("participant Prank1 as P rank 1"), "{md}");
     assert!(
-        md.contains("Drank0->>Prank0: 4. read req0 done + notify"),
+        md.contains("Drank0->>Prank0: 6. read req0 done + notify"),
         "{md}"
     );
     assert!(
@@ -112,7 +112,7 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
         assert!(value.is_string(), "#meta.{key} is {value}");
     }
     let states = trace["states"].as_array().unwrap();
-    assert_eq!(states.len(), 7, "the initial state and 6 steps");
+    assert_eq!(states.len(), 9, "the initial state and 8 steps");
     let vars: Vec<&str> = trace["vars"]
         .as_array()
         .unwrap()
@@ -131,7 +131,7 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
         states[1]["action"],
         serde_json::json!({"action": "prefill-finishes", "request": {"#bigint": "0"}})
     );
-    assert_eq!(states[6]["P req0"], "finished, free delayed (blocks held)");
+    assert_eq!(states[8]["P req0"], "finished, free delayed (blocks held)");
     // Counts are integers, open countdowns a map, held-back failures a set.
     assert_eq!(
         states[0]["P aggregator E"],
@@ -142,7 +142,7 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
         serde_json::json!({"#set": []})
     );
     assert!(
-        states[6]["P aggregator finished_sending"]["#map"].is_array(),
+        states[8]["P aggregator finished_sending"]["#map"].is_array(),
         "{}",
         states[6]
     );
@@ -184,7 +184,7 @@ fn issue_4_replay_reproduces_exit_0() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(
         stdout,
-        "reproduces: eventually-freed: delay-freed-request-never-freed at step 6\n"
+        "reproduces: eventually-freed: delay-freed-request-never-freed at step 8\n"
     );
 }
 
@@ -798,7 +798,7 @@ fn issue11_the_point_of_no_return_is_the_step_that_dooms_the_run() {
     // A fault-driven leak is doomed by its fault.
     let crash = trace("decoder-crash__producer.lease=false");
     assert!(
-        crash.contains("  point of no return: step 3 ([FAULT] D crashes before reading req0)"),
+        crash.contains("  point of no return: step 4 ([FAULT] D crashes before reading req0)"),
         "{crash}"
     );
     let md = read(
@@ -806,7 +806,7 @@ fn issue11_the_point_of_no_return_is_the_step_that_dooms_the_run() {
             .join(format!("decoder-crash__producer.lease=false__{CLAUSE}.md")),
     );
     assert!(
-        md.contains("    Note over Psched,Dsched: point of no return after step 3\n"),
+        md.contains("    Note over Psched,Dsched: point of no return after step 4\n"),
         "{md}"
     );
 }
@@ -919,16 +919,16 @@ fn issue11_diagnoses_name_both_sides_and_lost_reports() {
     );
     let diagnosis = &late[late.find("diagnosis:").unwrap()..];
     assert!(
-        diagnosis.contains("  step 6 breaks it: P engine step"),
+        diagnosis.contains("  step 8 breaks it: P engine step"),
         "{diagnosis}"
     );
     assert!(
-        diagnosis.contains("    P req0: blocks freed (since step 6)"),
+        diagnosis.contains("    P req0: blocks freed (since step 8)"),
         "{diagnosis}"
     );
     assert!(
         diagnosis.contains(
-            "    meets: D rank 0's read of req0 from P rank 0: reading (RDMA in flight) (since step 4)"
+            "    meets: D rank 0's read of req0 from P rank 0: reading (RDMA in flight) (since step 6)"
         ),
         "{diagnosis}"
     );
@@ -936,7 +936,7 @@ fn issue11_diagnoses_name_both_sides_and_lost_reports() {
     let lost = read(&stem.with_extension("txt"));
     assert!(
         lost.contains(
-            "    P ranks 0, 1: report of req0 LOST at step 6: the output rank's output was missing"
+            "    P ranks 0, 1: report of req0 LOST at step 8: the output rank's output was missing"
         ),
         "{lost}"
     );
@@ -944,10 +944,10 @@ fn issue11_diagnoses_name_both_sides_and_lost_reports() {
     for rank in 0..2 {
         assert!(
             md.contains(&format!(
-                "    Prank{rank}-xPagg: 6. req0 sent, LOST with the dropped step"
+                "    Prank{rank}-xPagg: 8. req0 sent, LOST with the dropped step"
             )),
             "{md}"
         );
-        assert!(!md.contains(&format!("Prank{rank}->>Pagg: 6.")), "{md}");
+        assert!(!md.contains(&format!("Prank{rank}->>Pagg: 8.")), "{md}");
     }
 }
