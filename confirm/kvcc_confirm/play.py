@@ -235,12 +235,18 @@ class Engine:
 
     # -- steps --------------------------------------------------------------------
 
-    def step(self, outputs):
+    def step(self, outputs, aggregate=True):
         """One engine step: schedule, the workers' outputs, aggregate, update.
 
         `outputs` holds each rank's KVConnectorOutput, or None for a rank that produced
-        no output; None as a whole is a step with nothing reported by any rank."""
+        no output; None as a whole is a step with nothing reported by any rank. A
+        callable is asked for them with the step's SchedulerOutput, as workers read what
+        the scheduler sent them (the recorder plugin's tests script workers this way).
+        `aggregate=False` is vLLM's one-worker executor, which hands its worker's output
+        to the scheduler without aggregating it."""
         scheduled = self.scheduler.schedule()
+        if callable(outputs):
+            outputs = outputs(scheduled)
         req_ids = list(scheduled.num_scheduled_tokens)
         sampled = []
         for req_id in req_ids:
@@ -263,7 +269,10 @@ class Engine:
                 )
             else:
                 runner_outputs.append(ModelRunnerOutput(req_ids=[], kv_connector_output=kv))
-        aggregated = self.aggregator.aggregate(runner_outputs, self.output_rank)
+        if aggregate:
+            aggregated = self.aggregator.aggregate(runner_outputs, self.output_rank)
+        else:
+            aggregated = runner_outputs[self.output_rank]
         if aggregated is None:
             # No output from the output rank: vLLM's engine drops the step.
             return
