@@ -1,6 +1,9 @@
 """Record a vLLM P/D deployment in kvcc's recorded-run format, for `kvcc conform`.
 
-Standard library only; nothing here imports vLLM. The format (docs/recorded-run.md,
+Standard library only; nothing here imports vLLM. Installed into vLLM's environment
+(``pip install ./recorder``) it also records an engine by itself: the vLLM plugin
+kvcc_vllm_plugin calls it from vLLM's own methods when ``KVCC_RECORD_DIR`` is set. By
+hand, it is used as follows. The format (docs/recorded-run.md,
 version 1) is one directory per engine:
 
     header.json       what the engine's KVOutputAggregator was built from

@@ -242,5 +242,21 @@ class Recording(unittest.TestCase):
         self.assertEqual(code, 0, stderr + json.dumps(reports))
 
 
+class PluginUnset(unittest.TestCase):
+    """The vLLM plugin (kvcc_vllm_plugin) without KVCC_RECORD_DIR: vLLM calls it in every
+    process, so it must then do nothing — here, where vLLM is not even installed.
+    Inside vLLM it is tested by test_vllm_plugin.py (tests/e2e/recorder_plugin.rs)."""
+
+    def test_register_without_the_variable_wraps_nothing(self):
+        import kvcc_vllm_plugin
+        saved = os.environ.pop(kvcc_vllm_plugin.DIR_ENV, None)
+        try:
+            self.assertIsNone(kvcc_vllm_plugin.register())
+        finally:
+            if saved is not None:
+                os.environ[kvcc_vllm_plugin.DIR_ENV] = saved
+        self.assertFalse(kvcc_vllm_plugin.installed())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -6,13 +6,17 @@
 set -euo pipefail
 VLLM_VERSION=0.34.0
 venv=${KVCC_VLLM_VENV:-$HOME/.cache/kvcc/vllm-venv}
+# uv installs vLLM, and the recorder plugin's test (tests/e2e/recorder_plugin.rs) installs
+# ./recorder with it, so it is installed even when the venv is cached.
+if ! python3 -m uv --version >/dev/null 2>&1; then
+    python3 -m pip install --quiet --user uv==0.9.* 2>/dev/null || python3 -m pip install --quiet uv
+fi
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('vllm') == '$VLLM_VERSION'" 2>/dev/null; then
     echo "vLLM $VLLM_VERSION already in $venv"
     exit 0
 fi
 start=$SECONDS
 mkdir -p "$(dirname "$venv")"
-python3 -m pip install --quiet --user uv==0.9.* 2>/dev/null || python3 -m pip install --quiet uv
 python3 -m uv venv -q -p python3.11 "$venv"
 overrides=$(mktemp)
 echo "flashinfer-python==0.7.4" > "$overrides"

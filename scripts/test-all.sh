@@ -32,7 +32,7 @@ if [ ! -x "${KVCC_VLLM_PYTHON:-$HOME/.cache/kvcc/vllm-venv/bin/python}" ]; then
         echo "error: vLLM is required (CI) but not installed: bash scripts/install-vllm.sh" >&2
         exit 1
     fi
-    printf '\n*** vLLM is not installed: the kvcc confirm tests will SKIP (bash scripts/install-vllm.sh) ***\n'
+    printf '\n*** vLLM is not installed: the vLLM tests (kvcc confirm, the recorder plugin) will SKIP (bash scripts/install-vllm.sh) ***\n'
 fi
 
 step "unit, proptest, model and end-to-end tests (with vLLM when installed)"

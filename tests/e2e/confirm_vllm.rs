@@ -6,22 +6,29 @@ use crate::common::{root, run};
 
 const SEED_TRACE: &str = "docs/traces/pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=true__eventually-freed__delay-freed-request-never-freed.itf.json";
 
-fn vllm_available() -> bool {
+/// The Python of vLLM's virtual environment: `$KVCC_VLLM_PYTHON`, else the cached venv's.
+/// None (after a loud message) when it is missing; a panic instead when
+/// KVCC_REQUIRE_VLLM is set, so that CI fails rather than skips.
+pub fn vllm_python() -> Option<std::path::PathBuf> {
     let python = std::env::var_os("KVCC_VLLM_PYTHON")
         .map(std::path::PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME")
                 .map(|h| std::path::PathBuf::from(h).join(".cache/kvcc/vllm-venv/bin/python"))
         });
-    if python.is_some_and(|p| p.is_file()) {
-        return true;
+    if let Some(python) = python.filter(|p| p.is_file()) {
+        return Some(python);
     }
     assert!(
         std::env::var_os("KVCC_REQUIRE_VLLM").is_none(),
         "KVCC_REQUIRE_VLLM is set but vLLM's venv is missing: run bash scripts/install-vllm.sh"
     );
     eprintln!("\n*** SKIPPED: vLLM is not installed; `bash scripts/install-vllm.sh` to run the vLLM tests ***\n");
-    false
+    None
+}
+
+fn vllm_available() -> bool {
+    vllm_python().is_some()
 }
 
 #[test]

@@ -24,6 +24,7 @@ mod interrupt;
 mod layout;
 mod merge;
 mod order;
+mod recorder_plugin;
 mod reduction;
 mod schema;
 mod shard;
