@@ -273,6 +273,119 @@ impl std::fmt::Display for Parting {
     }
 }
 
+/// A scheduler behaviour a spec states that the played vLLM's scheduler does not have (an
+/// older vLLM's, or a proposed fix's). vLLM's own scheduler code runs when a run is
+/// played, not the knob, so a run that exercises the behaviour parts from the model
+/// exactly where the behaviour acts: the parting is the spec's statement, not a
+/// disagreement about vLLM. Anywhere else the run must still agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Departure {
+    /// The knob and the spec's value, as a spec writes them.
+    pub knob: &'static str,
+    pub value: &'static str,
+    /// What the played vLLM does instead.
+    pub vllm: &'static str,
+    /// The engine whose scheduler acts: "prefill" or "decode".
+    engine: &'static str,
+    /// How a run parts where the behaviour acts.
+    shows: Shows,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shows {
+    /// The model frees a request at the step the client aborts it; vLLM keeps it.
+    FreedAtAbort,
+    /// vLLM's scheduler raises an AssertionError where the model's scheduler skips a
+    /// completion and logs the same events.
+    AssertionWhereSkipped,
+}
+
+impl std::fmt::Display for Departure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the spec states {} = \"{}\", which the played vLLM's scheduler does not have (it does: {})",
+            self.knob, self.value, self.vllm
+        )
+    }
+}
+
+/// The spec's departures from vLLM 0.34's scheduler, among the behaviours a played run
+/// reaches (aborts and completions; the pool's admission is not played).
+pub fn departures(config: &kvcc_model::Config) -> Vec<Departure> {
+    use kvcc_model::config::{AbortFinished, AbortLoading, UnknownCompletion};
+    let s = &config.scheduler;
+    let mut found = Vec::new();
+    if s.abort_loading == AbortLoading::FreeAtOnce {
+        found.push(Departure {
+            knob: "scheduler.abort-loading",
+            value: "free-at-once",
+            vllm: "the free of a request aborted while loading waits for its finished_recving (finish_requests, _aborted_kv_loads)",
+            engine: "decode",
+            shows: Shows::FreedAtAbort,
+        });
+    }
+    if s.abort_finished == AbortFinished::Free {
+        found.push(Departure {
+            knob: "scheduler.abort-finished",
+            value: "free",
+            vllm: "an abort skips a finished request whose free is delayed (finish_requests)",
+            engine: "prefill",
+            shows: Shows::FreedAtAbort,
+        });
+    }
+    if s.unknown_completion == UnknownCompletion::Drop {
+        for engine in ["prefill", "decode"] {
+            found.push(Departure {
+                knob: "scheduler.unknown-completion",
+                value: "drop",
+                vllm: "_update_from_kv_xfer_finished asserts a completed id is still known",
+                engine,
+                shows: Shows::AssertionWhereSkipped,
+            });
+        }
+    }
+    found
+}
+
+impl Departure {
+    /// Whether `parting` is where this behaviour acts, and nothing else.
+    pub fn explains(&self, parting: &Parting) -> bool {
+        if parting.engine != self.engine {
+            return false;
+        }
+        match self.shows {
+            Shows::FreedAtAbort => {
+                let freed: Vec<&str> = parting
+                    .model
+                    .iter()
+                    .filter_map(|e| e.strip_prefix("freed "))
+                    .collect();
+                let extra: Vec<&String> = parting
+                    .model
+                    .iter()
+                    .filter(|e| !parting.vllm.contains(e))
+                    .collect();
+                !freed.is_empty()
+                    && extra.iter().all(|e| {
+                        e.strip_prefix("freed ").is_some_and(|r| {
+                            parting.model.contains(&format!("aborted {r}"))
+                                && parting.vllm.contains(&format!("aborted {r}"))
+                        })
+                    })
+                    && parting.vllm.iter().all(|e| parting.model.contains(e))
+            }
+            Shows::AssertionWhereSkipped => {
+                parting.model == parting.vllm
+                    && parting
+                        .note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("AssertionError"))
+            }
+        }
+    }
+}
+
 /// The steps an exception ended vLLM's engine at (its recorded step), if any.
 fn error_step(played: &Played) -> Option<u64> {
     let error = played.error.as_ref()?;

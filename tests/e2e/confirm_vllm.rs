@@ -120,3 +120,58 @@ fn issue25_simulated_runs_agree_with_vllm_and_a_wrong_model_event_parts() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("parts at the prefill engine"), "{out}");
 }
+
+/// A spec that states a scheduler behaviour vLLM 0.34 does not have (vLLM #43226's
+/// free-at-once abort) parts from vLLM's own scheduler where that behaviour acts, and is
+/// counted apart from unexplained partings; anything else at that step still parts.
+#[test]
+fn issue25_a_spec_departing_from_vllms_scheduler_parts_only_where_it_departs() {
+    if !vllm_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("sim").display().to_string();
+    let spec = root()
+        .join("specs/vllm-43226-stale-recv-after-abort.toml")
+        .display()
+        .to_string();
+    let (code, _, err) = run(&[
+        "simulate", &spec, "--seed", "25", "--runs", "40", "--out", &out_dir,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let runs: Vec<String> = (0..40).map(|i| format!("{out_dir}/run-{i:04}")).collect();
+    let mut args = vec!["confirm"];
+    args.extend(runs.iter().map(String::as_str));
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(", 0 part unexplained"), "{out}");
+    let departed = out
+        .lines()
+        .filter(|l| l.contains("parts where the spec departs from vLLM"))
+        .collect::<Vec<_>>();
+    assert!(
+        !departed.is_empty(),
+        "no run aborted a loading request: {out}"
+    );
+    assert!(
+        departed[0].contains("scheduler.abort-loading = \"free-at-once\""),
+        "{out}"
+    );
+    // The twin: an event of another kind at the departing step is no departure.
+    let first = departed[0].split(':').next().unwrap();
+    let step: u64 = departed[0]
+        .split("before step ")
+        .nth(1)
+        .and_then(|s| s.split(':').next())
+        .and_then(|s| s.parse().ok())
+        .expect("the parting names its step");
+    let log = std::path::Path::new(first).join("decode/scheduler.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str(&format!(
+        "{{\"step\":{step},\"event\":\"woken\",\"request_id\":\"req1\"}}\n"
+    ));
+    std::fs::write(&log, text).unwrap();
+    let (code, out, _) = run(&args);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(", 1 part unexplained"), "{out}");
+}
