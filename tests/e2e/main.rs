@@ -26,6 +26,7 @@ mod merge;
 mod order;
 mod recorder_plugin;
 mod reduction;
+mod release;
 mod schema;
 mod shard;
 mod simulate_cli;
