@@ -309,6 +309,14 @@ pub struct Consumer {
     pub prefix_hit: PrefixHit,
     pub failed_load: FailedLoad,
     pub mla_notify_id: NotifyId,
+    /// Which request id D's heartbeats name. vLLM 0.34's D scheduler side collects P's
+    /// id from the transfer parameters (`remote_request_id`,
+    /// nixl/base_scheduler.py:on_new_request) and its workers send them as "HB:ids"
+    /// (nixl/base_worker.py:_send_heartbeats); P's `_handle_heartbeat` renews only ids
+    /// in its `_reqs_to_send` and ignores the rest. With D's own id (vLLM #53095, push
+    /// mode before PR #53244) nothing is renewed: P's lease runs out while D still waits
+    /// or reads, as if D had gone.
+    pub heartbeat_id: NotifyId,
     pub rejection_notice: RejectionNotice,
     /// How many MultiConnector children load each request on a D worker: 1, vLLM's
     /// MultiConnector giving the request to the first child that has tokens for it
@@ -368,9 +376,10 @@ pub enum RejectionNotice {
     /// every pre-admission rejection of a remote-prefill request to the connector).
     NotifiesPrefill,
 }
-/// Which request id D writes in an MLA notify-only message (P tp > D tp: D reads one P
-/// rank and notifies the other ranks it covers). P and D name a request differently (each
-/// engine suffixes its own id, vLLM #27987), and P recognises only its own.
+/// Which request id D writes in a message to P: an MLA notify-only message (P tp > D tp:
+/// D reads one P rank and notifies the other ranks it covers), or a heartbeat. P and D
+/// name a request differently (each engine suffixes its own id, vLLM #27987), and P
+/// recognises only its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NotifyId {
@@ -390,6 +399,7 @@ impl Default for Consumer {
             prefix_hit: PrefixHit::Off,
             failed_load: FailedLoad::Reported,
             mla_notify_id: NotifyId::RemoteRequestId,
+            heartbeat_id: NotifyId::RemoteRequestId,
             rejection_notice: RejectionNotice::NotifiesPrefill,
             loading_children: 1,
             recving_combine: RecvingCombine::Union,

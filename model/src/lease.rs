@@ -6,7 +6,7 @@
 //! real timer. With the `late-read-after-lease` fault it may also expire while D is merely
 //! slow, which is the race the real timer leaves open.
 
-use crate::config::{Config, Stepping};
+use crate::config::{Config, NotifyId, Stepping};
 use crate::state::RequestId;
 use crate::state::{DecodeCell, DecodePhase, HandlePhase, SendPhase, State};
 use kvcc_aggregator::Rank;
@@ -17,7 +17,14 @@ pub fn may_expire(config: &Config, state: &State, rank: Rank, r: RequestId) -> b
         && state.prefill_cell(rank, r).send == SendPhase::ToSend
         && (config.faults.late_read_after_lease
             || !d_steps(config)
+            || !heartbeats_renew(config)
             || !d_keeps_alive(state, rank, r))
+}
+
+/// Do D's heartbeats renew P's lease at all? Only when they name P's id
+/// (`consumer.heartbeat-id`): P ignores an id it does not know.
+fn heartbeats_renew(config: &Config) -> bool {
+    config.consumer.heartbeat_id == NotifyId::RemoteRequestId
 }
 
 /// Would `rank`'s lease on `r` expiring now be the `late-read-after-lease` fault (D is

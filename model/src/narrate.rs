@@ -548,8 +548,13 @@ fn worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
         .into_iter()
         .map(|(d, r, sources, handshake)| {
             if t.push {
+                let verb = if sources.len() == 1 {
+                    "starts"
+                } else {
+                    "start"
+                };
                 format!(
-                    "{} start writing req{r} into D rank {d}",
+                    "{} {verb} writing req{r} into D rank {d}",
                     ranks("P", &sources)
                 )
             } else {
@@ -765,11 +770,17 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                 .filter(|&h| after.handle(h, request) == HandlePhase::Reading)
                 .map(|h| t.handles[h].decoder)
                 .collect();
-            let still = match reading.len() {
-                0 => String::new(),
-                1 => format!(", while {} still reads it,", ranks("D", &reading)),
-                _ => format!(", while {} still read it,", ranks("D", &reading)),
+            let still = match (reading.len(), t.push) {
+                (0, _) => String::new(),
+                (_, true) => format!(", while it still writes it into {},", ranks("D", &reading)),
+                (1, false) => format!(", while {} still reads it,", ranks("D", &reading)),
+                (_, false) => format!(", while {} still read it,", ranks("D", &reading)),
             };
+            if t.heartbeats_unrecognised {
+                what.push(format!(
+                    "D's heartbeats name D's own id for req{request}, which P ignores: nothing renewed the lease"
+                ));
+            }
             match crate::rank::reaper_stop(after, rank, request) {
                 Some(q) => what.push(format!(
                     "its reaper stops at req{q}, an earlier entry whose lease D keeps renewing, so req{request} stays HELD past its deadline{still}"
@@ -1016,7 +1027,12 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::DecodeEngineSteps { .. } => {
             for (d, r, sources, handshake) in posted(t, before, after) {
                 let words = if t.push {
-                    format!("{} start writing req{r} here", ranks("P", &sources))
+                    let verb = if sources.len() == 1 {
+                        "starts"
+                    } else {
+                        "start"
+                    };
+                    format!("{} {verb} writing req{r} here", ranks("P", &sources))
                 } else {
                     posted_words(r, &sources, handshake)
                 };

@@ -87,6 +87,9 @@ pub struct Topology {
     /// Both schedulers skip a completion for a request they have forgotten
     /// (`scheduler.unknown-completion = "drop"`): traces say so where it happens.
     pub drops_stale_completions: bool,
+    /// D's heartbeats name D's own id, which P ignores (`consumer.heartbeat-id`): traces
+    /// say why a lease ran out while D still held the request.
+    pub heartbeats_unrecognised: bool,
 }
 
 impl Topology {
@@ -213,6 +216,7 @@ impl Topology {
             leases: config.producer.lease,
             notifications_travel: config.notification_delivery(crate::message::Delivery::Late)
                 || config.notification_delivery(crate::message::Delivery::Duplicated),
+            heartbeats_unrecognised: config.consumer.heartbeat_id == NotifyId::LocalRequestId,
             drops_stale_completions: config.scheduler.unknown_completion
                 == crate::config::UnknownCompletion::Drop,
             ordered_leases: config.producer.lease

@@ -298,6 +298,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "consumer",
+        "heartbeat-id",
+        &["\"remote-request-id\"", "\"local-request-id\""],
+    ),
+    (
+        "consumer",
         "rejection-notice",
         &["\"none\"", "\"notifies-prefill\""],
     ),
