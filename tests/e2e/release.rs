@@ -4,15 +4,18 @@
 //! build), and the archive must hold a binary that runs, names its commit and checks a
 //! spec, its man pages and completions, beside a checksum `sha256sum -c` accepts. The
 //! twins: a binary that is not the commit the workflow asks for, and a target this machine
-//! cannot run, are refused.
+//! cannot run, are refused. It runs after the suite, alone (`.ci/run`).
 
 use crate::common::{fixture, output, root};
 use std::path::Path;
 use std::process::Command;
 
 fn release_build(dist: &Path, target: Option<&str>, expect_commit: Option<&str>) -> (i32, String) {
-    let mut command = Command::new("bash");
+    // At the lowest priority: a release build (fat LTO) takes minutes of CPU, and the
+    // suite's tests that run beside it have deadlines of their own.
+    let mut command = Command::new("nice");
     command
+        .args(["-n", "19", "bash"])
         .arg(root().join("scripts/release-build.sh"))
         .args(target)
         .env("KVCC_DIST_DIR", dist)
@@ -42,7 +45,11 @@ fn host() -> String {
         .to_string()
 }
 
+/// Ignored in the parallel suite, where minutes of fat-LTO build pushed a vLLM test past
+/// its deadline here; `.ci/run` runs it alone after the suite:
+/// `cargo test -p kvcc-e2e --test e2e -- --ignored release::`.
 #[test]
+#[ignore = "minutes of release build: .ci/run runs it after the suite"]
 fn issue27_the_release_build_packages_this_machines_binary() {
     let dir = tempfile::tempdir().unwrap();
     let dist = dir.path().join("dist");
