@@ -11,6 +11,11 @@ scheduler's inputs from the scheduler log:
   whether to delay its free (NixlConnector.request_finished).
 - `waiting-for-remote-kvs` (D): the request arrives with `do_remote_prefill` and is
   scheduled; vLLM decides whether it waits for remote KV.
+- `waiting-for-remote-kvs` (P loading KV itself, `kv_role = "kv_both"`): the request
+  arrives with `do_remote_prefill` (and the remote fields D's requests carry) and
+  `do_remote_decode`, and is scheduled; vLLM decides whether it waits. P's aggregated
+  `finished_recving` wakes it; at the log's `delay-freed` vLLM prefills what the load
+  left (steps with no reports, as above) and decides whether to delay its free.
 - `aborted`: vLLM's abort path, `Scheduler.finish_requests(..., FINISHED_ABORTED)`.
 
 The other events of the log (`freed`, `woken`, `load-failed`) are the model's claims.
@@ -204,22 +209,27 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------
 
-    def new_request(self, request_id):
+    def new_request(self, request_id, loads=False):
+        """A request as the proxy sends it: P's with `do_remote_decode` (and, when P
+        loads KV itself, `do_remote_prefill` too), D's with `do_remote_prefill`."""
         self.serial += 1
         prompt = [(self.serial * 1000 + i) % 250 + 3 for i in range(PROMPT_TOKENS)]
-        if self.prefill:
-            params = {"do_remote_decode": True}
-            max_tokens = 1
-        else:
+        params = {}
+        if not self.prefill or loads:
             params = {
                 "do_remote_prefill": True,
-                "remote_engine_id": "kvcc-prefill",
+                # Where the KV is read from: P's engine for D; for P, another engine.
+                "remote_engine_id": "kvcc-remote" if self.prefill else "kvcc-prefill",
                 "remote_request_id": request_id,
                 "remote_host": "localhost",
                 "remote_port": 5600,
                 "remote_block_ids": [0, 1, 2],
                 "tp_size": 1,
             }
+        if self.prefill:
+            params["do_remote_decode"] = True
+            max_tokens = 1
+        else:
             max_tokens = MAX_MODEL_LEN - PROMPT_TOKENS - 8
         sampling = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         request = Request(
@@ -318,7 +328,12 @@ def _event(before, after, prefill):
         not prefill and before == "waiting-for-remote-kvs" and after == "running"
     ):
         return "woken"
-    if after == "finished-blocks-held" and prefill and before in ("unknown", "prefilling"):
+    # P's request finishing its prefill (after its own load, if it had one).
+    if after == "finished-blocks-held" and prefill and before in (
+        "unknown",
+        "prefilling",
+        "woken",
+    ):
         return "delay-freed"
     if after == "waiting-for-remote-kvs":
         return "waiting-for-remote-kvs"
@@ -362,21 +377,18 @@ class Player:
         """A scheduler input of the log, through vLLM's own path."""
         e = self.engine
         if event == "delay-freed" and e.prefill:
+            if request_id not in self.facts:
+                e.new_request(request_id)
+                self.facts[request_id] = "unknown"
+            elif e.fact(request_id) not in ("woken", "prefilling"):
+                # Its own load not in (or vLLM already finished or freed it): vLLM
+                # has nothing to prefill, and kvcc compares what it did instead.
+                return
+            self.finish_prefill(step, request_id)
+        elif event == "waiting-for-remote-kvs":
             if request_id in self.facts:
                 return
-            e.new_request(request_id)
-            self.facts[request_id] = "unknown"
-            for _ in range(PREFILL_STEPS_MAX):
-                self.observe(step)
-                request = e.scheduler.requests.get(request_id)
-                if request is None or RequestStatus.is_finished(request.status):
-                    break
-                e.step(None)
-            self.observe(step)
-        elif event == "waiting-for-remote-kvs" and not e.prefill:
-            if request_id in self.facts:
-                return
-            e.new_request(request_id)
+            e.new_request(request_id, loads=True)
             self.facts[request_id] = "unknown"
             e.step(None)
             self.observe(step)
@@ -388,6 +400,18 @@ class Player:
             self.observed.append([step, "aborted", request_id])
             e.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
             self.observe(step)
+
+    def finish_prefill(self, step, request_id):
+        """vLLM steps with no reports until it finishes the request's prefill: the
+        model's prefill takes what time it takes, and ends at the log's stamp."""
+        e = self.engine
+        for _ in range(PREFILL_STEPS_MAX):
+            self.observe(step)
+            request = e.scheduler.requests.get(request_id)
+            if request is None or RequestStatus.is_finished(request.status):
+                break
+            e.step(None)
+        self.observe(step)
 
     def play(self):
         by_step = {}

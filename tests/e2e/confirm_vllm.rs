@@ -175,3 +175,137 @@ fn issue25_a_spec_departing_from_vllms_scheduler_parts_only_where_it_departs() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(", 1 part unexplained"), "{out}");
 }
+
+/// Simulates `runs` runs of `spec` (seed 25) into `dir/sim` and confirms them all;
+/// returns the run directories and (exit code, stdout, stderr) of `kvcc confirm`.
+fn simulate_and_confirm(
+    spec: &std::path::Path,
+    dir: &std::path::Path,
+    runs: usize,
+) -> (Vec<String>, (i32, String, String)) {
+    let sim = dir.join("sim").display().to_string();
+    let spec = spec.display().to_string();
+    let count = runs.to_string();
+    let (code, _, err) = run(&[
+        "simulate", &spec, "--seed", "25", "--runs", &count, "--out", &sim,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let dirs: Vec<String> = (0..runs).map(|i| format!("{sim}/run-{i:04}")).collect();
+    let mut args = vec!["confirm"];
+    args.extend(dirs.iter().map(String::as_str));
+    let result = run(&args);
+    (dirs, result)
+}
+
+/// The events of one engine's model log, in order: (step, event, request).
+fn model_log(run: &str, engine: &str) -> Vec<(u64, String, String)> {
+    let text = std::fs::read_to_string(format!("{run}/{engine}/scheduler.jsonl")).unwrap();
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["step"].as_u64().unwrap(),
+                v["event"].as_str().unwrap().to_string(),
+                v["request_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// P loading KV itself (`prefill.loads-kv`, kv_role kv_both) through vLLM's own paths:
+/// the request arrives with do_remote_prefill and do_remote_decode and waits for remote
+/// KV, P's aggregated finished_recving wakes it, vLLM prefills it and delays its free,
+/// finished_sending frees it; every event where the model logs it. Client aborts are
+/// off here: an abort while P loads is where the model and vLLM 0.34 differ (the next
+/// test). The twin: a wake-up the model claims before P's load is in must part.
+#[test]
+fn kv_both_prefill_load_agrees_with_vllm_and_a_wake_up_vllm_did_not_do_parts() {
+    if !vllm_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("specs/kv-both-one-count-fix.toml")).unwrap();
+    assert!(
+        text.contains("\nclient-abort = true\n"),
+        "the spec's faults moved"
+    );
+    let spec = dir.path().join("kv-both-one-count-fix-no-abort.toml");
+    std::fs::write(
+        &spec,
+        text.replace("\nclient-abort = true\n", "\nclient-abort = false\n"),
+    )
+    .unwrap();
+    let (runs, (code, out, err)) = simulate_and_confirm(&spec, dir.path(), 10);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("10 runs played into vLLM 0.34.0"), "{out}");
+    assert!(out.contains(": 10 agree, 0 part where"), "{out}");
+    assert!(out.contains(", 0 part unexplained"), "{out}");
+    for run in &runs {
+        let kinds: Vec<String> = model_log(run, "prefill").into_iter().map(|e| e.1).collect();
+        assert_eq!(
+            kinds,
+            ["waiting-for-remote-kvs", "woken", "delay-freed", "freed"],
+            "{run}: P's load not exercised"
+        );
+    }
+    // The twin: the model claims P's wake-up before any worker reported the load.
+    let log = std::path::Path::new(&runs[0]).join("prefill/scheduler.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("{\"step\":0,\"event\":\"woken\",\"request_id\":\"req0\"}\n");
+    std::fs::write(&log, text).unwrap();
+    let mut args = vec!["confirm"];
+    args.extend(runs.iter().map(String::as_str));
+    let (code, out, _) = run(&args);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(", 1 part unexplained"), "{out}");
+    assert!(
+        out.contains("run-0000: parts at the prefill engine, before step 0: the model logs waiting-for-remote-kvs req0, woken req0; vLLM waiting-for-remote-kvs req0"),
+        "{out}"
+    );
+}
+
+/// A client abort while P loads KV itself: the model's P keeps loading the aborted
+/// request, then wakes, prefills and delay-frees it (docs/contracts.md, vLLM #46240's
+/// row: an abort during P's load does nothing in the model); vLLM 0.34.0's
+/// `finish_requests` ends it with its free delayed for the load (`_aborted_kv_loads`),
+/// and P's finished_recving frees it. The known disagreement, pinned: exactly the runs
+/// whose P log has the abort before the wake-up part, there, and nowhere else.
+#[test]
+fn kv_both_abort_while_prefill_loads_parts_where_the_model_still_wakes_the_request() {
+    if !vllm_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = root().join("specs/kv-both-one-count-fix.toml");
+    let (runs, (code, out, err)) = simulate_and_confirm(&spec, dir.path(), 10);
+    let mut aborted_loading = 0;
+    for run in &runs {
+        let log = model_log(run, "prefill");
+        let place = |kind: &str| log.iter().position(|e| e.1 == kind);
+        let woken = match (place("aborted"), place("woken")) {
+            (Some(aborted), Some(woken)) if aborted < woken => log[woken].0,
+            _ => {
+                assert!(!out.contains(&format!("{run}: parts")), "{out}");
+                continue;
+            }
+        };
+        aborted_loading += 1;
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{run}: parts")))
+            .unwrap_or_else(|| panic!("{run} agrees: {out}{err}"));
+        let at = format!("parts at the prefill engine, before step {woken}: the model logs");
+        assert!(
+            line.ends_with(&format!(
+                "{at} delay-freed req0, woken req0; vLLM freed req0"
+            )) || line.ends_with(&format!("{at} woken req0; vLLM freed req0")),
+            "{line}"
+        );
+    }
+    assert!(aborted_loading > 0, "no run aborted P's load: {out}");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!(", {aborted_loading} part unexplained")),
+        "{out}"
+    );
+}
