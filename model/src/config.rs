@@ -206,6 +206,24 @@ pub struct Producer {
     pub push_completion: PushCompletion,
     pub failed_store: FailedStore,
     pub store_ledger: StoreLedger,
+    pub notification_after_report: NotificationAfterReport,
+}
+
+/// What a P rank does with a D notification for a request it has already reported sent
+/// (its lease expired first, or a duplicate arrived after the count completed). vLLM
+/// 0.34's NIXL worker no longer tracks the id and logs and drops it
+/// (nixl/pull_worker.py:_get_new_notifs). vllm-ascend's Mooncake connector reported the
+/// request finished again once D's pull completed after P's timeout had freed it, and
+/// P's scheduler asserted on the id (vllm-ascend #6570, fixed by PR #5726). The model
+/// re-reports a request at most once per rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotificationAfterReport {
+    /// Logged and dropped (current vLLM).
+    #[default]
+    Dropped,
+    /// Reported finished again at the rank's next step.
+    ReportedAgain,
 }
 
 /// How the store connector counts a request's outstanding store jobs, which decide when
@@ -276,6 +294,7 @@ impl Default for Producer {
             push_completion: PushCompletion::Reported,
             failed_store: FailedStore::Counted,
             store_ledger: StoreLedger::PerJob,
+            notification_after_report: NotificationAfterReport::Dropped,
         }
     }
 }

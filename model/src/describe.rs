@@ -367,6 +367,10 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
                     "reported, CLEARED by the connector (never reaches the aggregator)"
                 }
                 SendPhase::Silent => "silent",
+                SendPhase::ReportsAgain => {
+                    "reported, and a late notification makes it report again at its next step"
+                }
+                SendPhase::ReportedAgain => "reported twice",
             };
             facts.insert(format!("P rank{rank}{role} req{i}"), Value::text(send));
             if t.is_transfer(rank) && t.push {

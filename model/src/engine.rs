@@ -78,8 +78,11 @@ pub fn prefill_step(
         for r in 0..state.request_count() as RequestId {
             if rank::ready_to_report(state, worker, r) {
                 let cleared = rank::cleared(config, state, worker);
+                let again = state.prefill_cell(worker, r).send == SendPhase::ReportsAgain;
                 state.prefill_cell_mut(worker, r).send = if cleared {
                     SendPhase::Cleared
+                } else if again {
+                    SendPhase::ReportedAgain
                 } else {
                     SendPhase::Reported
                 };

@@ -91,7 +91,7 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
                     let (b, a) = (before.prefill_cell(rank, r), after.prefill_cell(rank, r));
                     let sent = match (b.send, a.send) {
                         (SendPhase::Reported, _) | (SendPhase::Cleared, _) => None,
-                        (_, SendPhase::Reported) => Some(fate),
+                        (_, SendPhase::Reported | SendPhase::ReportedAgain) => Some(fate),
                         (_, SendPhase::Cleared) => Some(Fate::Cleared),
                         _ => None,
                     };
@@ -283,6 +283,11 @@ fn arrival_words(t: &Topology, rank: Rank, r: RequestId, before: &State, after: 
     if cell.dropped > before.prefill_cell(rank, r).dropped {
         return format!(
             "P rank {rank} no longer tracks req{r}: it logs the notification as for an unrecognized request and drops it"
+        );
+    }
+    if cell.send == SendPhase::ReportsAgain && before.prefill_cell(rank, r).send != cell.send {
+        return format!(
+            "P rank {rank} already reported req{r}, and reports it finished AGAIN at its next step (producer.notification-after-report = reported-again)"
         );
     }
     let expected = t.expected_consumers[usize::from(rank)];

@@ -47,7 +47,7 @@ macro_rules! codes {
 codes! {
     PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed, FinishedEmpty }
     DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp, Recomputing }
-    SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent }
+    SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent, ReportsAgain, ReportedAgain }
     StorePhase { NotUsed, Storing, Stored, Leaked }
     LoadPhase { NotUsed, Loading, Done, Reported }
     StaleStore { None, Running, Done }
@@ -128,7 +128,7 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
     let travel = state.topology().notifications_travel;
     for cell in &state.prefill {
         out.extend_from_slice(&[
-            field(cell.send, 3, 0) | field(cell.store, 2, 3) | field(cell.load, 2, 5),
+            field(cell.send, 4, 0) | field(cell.store, 2, 4) | field(cell.load, 2, 6),
             cell.notifications | field(cell.stale_store, 2, 6),
         ]);
         // Notifications on their way exist only where they travel.
@@ -178,9 +178,9 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
     let prefill = take(cell_bytes * usize::from(topology.prefill_world) * n)
         .chunks_exact(cell_bytes)
         .map(|b| PrefillCell {
-            send: unfield(b[0], 3, 0),
-            store: unfield(b[0], 2, 3),
-            load: unfield(b[0], 2, 5),
+            send: unfield(b[0], 4, 0),
+            store: unfield(b[0], 2, 4),
+            load: unfield(b[0], 2, 6),
             notifications: b[1] & 0x3f,
             stale_store: unfield(b[1], 2, 6),
             in_flight: b.get(2).copied().unwrap_or(0),

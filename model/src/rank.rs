@@ -45,7 +45,15 @@ pub fn send_at_poll(config: &Config, state: &State, rank: Rank, r: RequestId) ->
 fn armed(config: &Config, transfer: bool, send: SendPhase) -> SendPhase {
     match (transfer, send) {
         // Already read in full before the metadata came: not armed again.
-        (_, SendPhase::Done | SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent) => send,
+        (
+            _,
+            SendPhase::Done
+            | SendPhase::Reported
+            | SendPhase::ReportsAgain
+            | SendPhase::ReportedAgain
+            | SendPhase::Cleared
+            | SendPhase::Silent,
+        ) => send,
         (true, _) => SendPhase::ToSend,
         (false, _) => match config.producer.replicated_reports {
             ReplicatedReports::Nothing => SendPhase::Silent,
@@ -84,6 +92,7 @@ pub fn notification_arrives(state: &mut State, rank: Rank, r: RequestId) {
 /// duplicate stands in for a reader still reading. Returns whether it was counted.
 pub fn receive_notification(state: &mut State, rank: Rank, r: RequestId) -> bool {
     let expected = state.topology().expected_consumers[usize::from(rank)];
+    let reports_again = state.topology().reports_late_notifications;
     let cell = state.prefill_cell_mut(rank, r);
     let tracked = matches!(
         cell.send,
@@ -94,6 +103,9 @@ pub fn receive_notification(state: &mut State, rank: Rank, r: RequestId) -> bool
         if cell.notifications >= expected {
             cell.send = SendPhase::Done;
         }
+    } else if reports_again && cell.send == SendPhase::Reported {
+        cell.send = SendPhase::ReportsAgain;
+        return true;
     }
     tracked
 }
@@ -132,7 +144,10 @@ pub fn reaper_stop(state: &State, rank: Rank, r: RequestId) -> Option<RequestId>
 /// Would this rank put `r` in `finished_sending` this step? Under a MultiConnector the
 /// worker forwards a send only once the offloading child's store count has drained.
 pub fn ready_to_report(state: &State, rank: Rank, r: RequestId) -> bool {
-    state.prefill_cell(rank, r).send == SendPhase::Done && stores_drained(state, rank, r)
+    matches!(
+        state.prefill_cell(rank, r).send,
+        SendPhase::Done | SendPhase::ReportsAgain
+    ) && stores_drained(state, rank, r)
 }
 
 /// The store connector's count of `r`'s outstanding store jobs on `rank`, as its ledger

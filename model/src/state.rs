@@ -175,6 +175,12 @@ pub enum SendPhase {
     Cleared,
     /// Never reports this request.
     Silent,
+    /// A notification arrived after the rank had reported the request, and the rank
+    /// reports it again at its next step (`producer.notification-after-report =
+    /// "reported-again"`).
+    ReportsAgain,
+    /// Reported a second time.
+    ReportedAgain,
 }
 
 /// The offloading child's CPU store on one P worker (MultiConnector only).
@@ -517,6 +523,8 @@ impl State {
             SendPhase::Expired => 2,
             SendPhase::Done => 3,
             SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent => 4,
+            SendPhase::ReportsAgain => 5,
+            SendPhase::ReportedAgain => 6,
         };
         let handle = |h: HandlePhase| match h {
             HandlePhase::NotPosted => 0,

@@ -90,6 +90,9 @@ pub struct Topology {
     /// D's heartbeats name D's own id, which P ignores (`consumer.heartbeat-id`): traces
     /// say why a lease ran out while D still held the request.
     pub heartbeats_unrecognised: bool,
+    /// A P rank reports a request again when a notification for it arrives after its
+    /// report (`producer.notification-after-report = "reported-again"`).
+    pub reports_late_notifications: bool,
 }
 
 impl Topology {
@@ -216,6 +219,8 @@ impl Topology {
             leases: config.producer.lease,
             notifications_travel: config.notification_delivery(crate::message::Delivery::Late)
                 || config.notification_delivery(crate::message::Delivery::Duplicated),
+            reports_late_notifications: config.producer.notification_after_report
+                == crate::config::NotificationAfterReport::ReportedAgain,
             heartbeats_unrecognised: config.consumer.heartbeat_id == NotifyId::LocalRequestId,
             drops_stale_completions: config.scheduler.unknown_completion
                 == crate::config::UnknownCompletion::Drop,

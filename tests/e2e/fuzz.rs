@@ -263,6 +263,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "producer",
+        "notification-after-report",
+        &["\"dropped\"", "\"reported-again\""],
+    ),
+    (
+        "producer",
         "push-completion",
         &["\"reported\"", "\"filtered\""],
     ),

@@ -493,9 +493,13 @@ fn send_waiting(path: &Path, rank: Rank, r: RequestId) -> (String, bool) {
             }
             (line, (coming || t.leases) && (steps || !unarmed))
         }
-        SendPhase::Reported | SendPhase::Cleared => (
+        SendPhase::Reported | SendPhase::Cleared | SendPhase::ReportedAgain => (
             format!("reported req{r} before the run began"),
             false,
+        ),
+        SendPhase::ReportsAgain => (
+            format!("reports req{r} again at P's next step ({since}): a notification came after its report{idle}"),
+            steps,
         ),
     }
 }

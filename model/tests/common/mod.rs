@@ -39,6 +39,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             push_completion: PushCompletion::Reported,
             failed_store: FailedStore::Counted,
             store_ledger: StoreLedger::PerJob,
+            notification_after_report: Default::default(),
         },
         consumer: Consumer::default(),
         scheduler: Scheduler::default(),
