@@ -242,7 +242,7 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
                 | PrefillPhase::Dropped
                 | PrefillPhase::AbortFreed
                 | PrefillPhase::FinishedEmpty => Some(EventKind::Freed),
-                PrefillPhase::LoadingKv => None,
+                PrefillPhase::LoadingKv | PrefillPhase::AbortedLoadingKv => None,
             };
             if let Some(event) = event {
                 prefill.event(event, request);

@@ -531,6 +531,9 @@ pub fn handle_phase(phase: HandlePhase) -> &'static str {
 pub fn prefill_phase(phase: PrefillPhase) -> &'static str {
     match phase {
         PrefillPhase::LoadingKv => "WAITING_FOR_REMOTE_KVS (own load)",
+        PrefillPhase::AbortedLoadingKv => {
+            "aborted while loading its own KV, blocks held until the load finishes"
+        }
         PrefillPhase::Prefilling => "prefilling",
         PrefillPhase::DelayFreed => "finished, free delayed (blocks held)",
         PrefillPhase::Released => "blocks freed",

@@ -45,7 +45,7 @@ macro_rules! codes {
 }
 
 codes! {
-    PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed, FinishedEmpty }
+    PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed, FinishedEmpty, AbortedLoadingKv }
     DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp, Recomputing }
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent, ReportsAgain, ReportedAgain }
     StorePhase { NotUsed, Storing, Stored, Leaked }

@@ -142,9 +142,11 @@ fn failures_not_reported_as_success(_: &Config, s: &State) -> bool {
 
 fn prefill_after_loads(_: &Config, s: &State) -> bool {
     requests(s).all(|r| {
-        s.requests[usize::from(r)].prefill == PrefillPhase::LoadingKv
-            || (0..s.topology().prefill_world)
-                .all(|k| s.prefill_cell(k, r).load != LoadPhase::Loading)
+        matches!(
+            s.requests[usize::from(r)].prefill,
+            PrefillPhase::LoadingKv | PrefillPhase::AbortedLoadingKv
+        ) || (0..s.topology().prefill_world)
+            .all(|k| s.prefill_cell(k, r).load != LoadPhase::Loading)
     })
 }
 
@@ -169,9 +171,12 @@ fn no_request_left_unscheduled(_: &Config, s: &State) -> bool {
 }
 
 fn no_prefill_load_left(_: &Config, s: &State) -> bool {
-    s.requests
-        .iter()
-        .all(|q| q.prefill != PrefillPhase::LoadingKv)
+    s.requests.iter().all(|q| {
+        !matches!(
+            q.prefill,
+            PrefillPhase::LoadingKv | PrefillPhase::AbortedLoadingKv
+        )
+    })
 }
 
 fn no_countdown_left(_: &Config, s: &State) -> bool {

@@ -199,6 +199,16 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
             request.prefill = PrefillPhase::Dropped;
             request.decode = DecodePhase::Gone;
         }
+        // P's own load in flight (kv_both): the same policy as an aborted load on D.
+        PrefillPhase::LoadingKv => match config.scheduler.abort_loading {
+            AbortLoading::DelayFree => request.prefill = PrefillPhase::AbortedLoadingKv,
+            AbortLoading::FreeAtOnce => {
+                request.prefill = PrefillPhase::Dropped;
+                state
+                    .prefill_aggregator_mut()
+                    .retire(Direction::Recving, &r);
+            }
+        },
         PrefillPhase::DelayFreed if config.scheduler.abort_finished == AbortFinished::Free => {
             request.prefill = PrefillPhase::AbortFreed;
             state
@@ -244,7 +254,7 @@ pub fn abortable(state: &State, r: RequestId) -> bool {
 pub fn prefill_steps(config: &Config, state: &State) -> bool {
     state.requests.iter().any(|q| match q.prefill {
         PrefillPhase::Prefilling => true,
-        PrefillPhase::LoadingKv | PrefillPhase::DelayFreed => {
+        PrefillPhase::LoadingKv | PrefillPhase::AbortedLoadingKv | PrefillPhase::DelayFreed => {
             config.scheduler.stepping_of(true) == Stepping::KeepStepping
         }
         _ => false,
@@ -296,6 +306,9 @@ pub fn on_prefill_outcome(config: &Config, state: &mut State, outcome: &StepOutc
         let request = &mut state.requests[usize::from(r)];
         if request.prefill == PrefillPhase::LoadingKv {
             request.prefill = PrefillPhase::Prefilling;
+        } else if request.prefill == PrefillPhase::AbortedLoadingKv {
+            // Its load is over: the delayed free of the abort, nothing to send.
+            request.prefill = PrefillPhase::Dropped;
         } else if completion_kills(config, request.prefill.forgotten()) {
             state.incidents.set(Incidents::LOAD_FOR_UNKNOWN);
         }

@@ -33,6 +33,11 @@ pub enum PrefillPhase {
     Dropped,
     /// Aborted after its delayed free and freed at once (scheduler `abort-finished = free`).
     AbortFreed,
+    /// Aborted while waiting for its own KV load: finished (`FINISHED_ABORTED`), its
+    /// blocks held until the load's `finished_recving` says the workers stopped writing,
+    /// then freed with nothing to send (`scheduler.abort-loading = "delay-free"`; vLLM
+    /// 0.34's `finish_requests` treats a load on P as one on D).
+    AbortedLoadingKv,
     /// Finished by the in-flight output of its final step after a preemption had freed
     /// its blocks: nothing delay-freed, nothing to send, and D handed transfer
     /// parameters that name no blocks (`scheduler.final-step-preemption =
@@ -502,7 +507,7 @@ impl State {
         };
         let prefill_phase = |p: PrefillPhase| match p {
             PrefillPhase::LoadingKv => 0,
-            PrefillPhase::Prefilling => 1,
+            PrefillPhase::Prefilling | PrefillPhase::AbortedLoadingKv => 1,
             PrefillPhase::DelayFreed => 2,
             PrefillPhase::Released | PrefillPhase::Dropped | PrefillPhase::FinishedEmpty => 4,
             PrefillPhase::AbortFreed => 3,

@@ -264,48 +264,29 @@ fn kv_both_prefill_load_agrees_with_vllm_and_a_wake_up_vllm_did_not_do_parts() {
     );
 }
 
-/// A client abort while P loads KV itself: the model's P keeps loading the aborted
-/// request, then wakes, prefills and delay-frees it (docs/contracts.md, vLLM #46240's
-/// row: an abort during P's load does nothing in the model); vLLM 0.34.0's
-/// `finish_requests` ends it with its free delayed for the load (`_aborted_kv_loads`),
-/// and P's finished_recving frees it. The known disagreement, pinned: exactly the runs
-/// whose P log has the abort before the wake-up part, there, and nowhere else.
+/// A client abort while P loads KV itself: vLLM 0.34.0's `finish_requests` ends the
+/// request with its free delayed for the load (`_aborted_kv_loads`), and P's
+/// finished_recving frees it, with nothing to send; the model's P does the same
+/// (`PrefillPhase::AbortedLoadingKv`; it used to keep loading the aborted request and
+/// then wake, prefill and delay-free it, which parted here in 365 campaign runs). The
+/// fix spec with its client aborts on agrees run for run, and some of its runs abort
+/// P's load.
 #[test]
-fn kv_both_abort_while_prefill_loads_parts_where_the_model_still_wakes_the_request() {
+fn kv_both_abort_while_prefill_loads_frees_it_after_the_load_as_vllm_does() {
     if !vllm_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let spec = root().join("specs/kv-both-one-count-fix.toml");
     let (runs, (code, out, err)) = simulate_and_confirm(&spec, dir.path(), 10);
-    let mut aborted_loading = 0;
-    for run in &runs {
-        let log = model_log(run, "prefill");
-        let place = |kind: &str| log.iter().position(|e| e.1 == kind);
-        let woken = match (place("aborted"), place("woken")) {
-            (Some(aborted), Some(woken)) if aborted < woken => log[woken].0,
-            _ => {
-                assert!(!out.contains(&format!("{run}: parts")), "{out}");
-                continue;
-            }
-        };
-        aborted_loading += 1;
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(&format!("{run}: parts")))
-            .unwrap_or_else(|| panic!("{run} agrees: {out}{err}"));
-        let at = format!("parts at the prefill engine, before step {woken}: the model logs");
-        assert!(
-            line.ends_with(&format!(
-                "{at} delay-freed req0, woken req0; vLLM freed req0"
-            )) || line.ends_with(&format!("{at} woken req0; vLLM freed req0")),
-            "{line}"
-        );
-    }
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(", 0 part unexplained"), "{out}");
+    let aborted_loading = runs
+        .iter()
+        .filter(|run| {
+            let kinds: Vec<String> = model_log(run, "prefill").into_iter().map(|e| e.1).collect();
+            kinds == ["waiting-for-remote-kvs", "aborted", "freed"]
+        })
+        .count();
     assert!(aborted_loading > 0, "no run aborted P's load: {out}");
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(
-        out.contains(&format!(", {aborted_loading} part unexplained")),
-        "{out}"
-    );
 }

@@ -216,12 +216,14 @@ fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
             });
         }
     } else if clause == clauses::PREFILL_LOAD_NEVER_COMPLETES.clause {
-        for r in held(PrefillPhase::LoadingKv) {
+        let waiting = held(PrefillPhase::LoadingKv).map(|r| (r, "starts"));
+        let aborted = held(PrefillPhase::AbortedLoadingKv).map(|r| (r, "frees"));
+        for (r, then) in waiting.chain(aborted) {
             open.push(Open {
                 kind: Countdown::Loads,
                 request: r,
                 what: format!(
-                    "{}, until P's finished_recving req{r} starts it",
+                    "{}, until P's finished_recving req{r} {then} it",
                     phase_line(r, true)
                 ),
             });
