@@ -42,6 +42,12 @@ fn the_workflow_builds_tests_checks_in_shards_and_merges() {
         .filter_map(|s| s["run"].as_str())
         .collect();
     assert!(runs.contains(&"bash scripts/test-all.sh"), "{runs:?}");
+    // test-all.sh requires vLLM under CI: the job installs it before the suite.
+    let install = runs
+        .iter()
+        .position(|r| *r == "bash scripts/install-vllm.sh");
+    let suite = runs.iter().position(|r| *r == "bash scripts/test-all.sh");
+    assert!(install.is_some() && install < suite, "{runs:?}");
     let check = &workflow["jobs"]["check"];
     let shards: Vec<i64> = check["strategy"]["matrix"]["shard"]
         .as_vec()
