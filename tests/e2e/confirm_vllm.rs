@@ -290,3 +290,50 @@ fn kv_both_abort_while_prefill_loads_frees_it_after_the_load_as_vllm_does() {
         .count();
     assert!(aborted_loading > 0, "no run aborted P's load: {out}");
 }
+
+/// vllm-ascend #6570's re-report reaches a scheduler that no longer knows the id. Under
+/// vLLM's own assertion the model's run ends in `emitted-for-unknown-request`, and vLLM
+/// dies in that step: they agree (what the model logs after the assertion in that step
+/// never happens in vLLM). Under the knob's `drop` the model lives on and vLLM still
+/// asserts: a stated departure, never an unexplained parting.
+#[test]
+fn issue25_a_completion_for_a_forgotten_request_kills_vllm_as_the_model_says() {
+    if !vllm_available() {
+        return;
+    }
+    let spec = root()
+        .join("specs/vllm-ascend-6570-report-after-timeout.toml")
+        .display()
+        .to_string();
+    for (point, dies) in [("assert", true), ("drop", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let out_dir = dir.path().join("sim").display().to_string();
+        let point = format!("scheduler.unknown-completion={point}");
+        let (code, _, err) = run(&[
+            "simulate", &spec, "--point", &point, "--seed", "25", "--runs", "60", "--out", &out_dir,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let runs: Vec<String> = (0..60).map(|i| format!("{out_dir}/run-{i:04}")).collect();
+        let reported_again = runs
+            .iter()
+            .filter(|r| {
+                std::fs::read_to_string(format!("{r}/model.json"))
+                    .unwrap()
+                    .contains("emitted-twice")
+            })
+            .count();
+        assert!(reported_again > 0, "{point}: no run re-reported");
+        let mut args = vec!["confirm"];
+        args.extend(runs.iter().map(String::as_str));
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{point}: {out}{err}");
+        assert!(out.contains(", 0 part unexplained"), "{point}: {out}");
+        let departed = if dies { 0 } else { reported_again };
+        assert!(
+            out.contains(&format!(
+                ", {departed} part where their spec departs from vLLM's scheduler"
+            )),
+            "{point}: {out}"
+        );
+    }
+}

@@ -160,7 +160,7 @@ fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
         failure_policy: confirm::failure_policy(&model.config),
     });
     let (version, played) = confirm::play(&python(args)?, &jobs).map_err(InputError::usage)?;
-    let death = clause.property == "engine-survives" && model_violates;
+    let death = confirm::kills_the_engine(&name) && model_violates;
     outln!(
         "{file}: {name} ({} steps) played into vLLM {version}{}",
         loaded.actions.len(),
@@ -295,7 +295,7 @@ fn differential(args: &Args) -> Result<Exit, InputError> {
         let quiet = meta["ends"].as_str() == Some(End::Quiescent.text());
         let death = meta["violated"].as_array().is_some_and(|v| {
             v.iter()
-                .any(|c| c.as_str().is_some_and(|c| c.starts_with("engine-survives")))
+                .any(|c| c.as_str().is_some_and(confirm::kills_the_engine))
         });
         let config = config_of(&shown, &meta)?;
         runs.push((dir.to_path_buf(), death, confirm::departures(&config)));
