@@ -20,6 +20,13 @@ mkdir -p "$(dirname "$venv")"
 python3 -m uv venv -q -p python3.11 "$venv"
 overrides=$(mktemp)
 echo "flashinfer-python==0.7.4" > "$overrides"
-VIRTUAL_ENV=$venv python3 -m uv pip install -q --override "$overrides" "vllm==$VLLM_VERSION"
+# --python, not VIRTUAL_ENV: uv run as `python3 -m uv` (0.9.30) installs into the
+# interpreter that ran it even with VIRTUAL_ENV set, which left the venv empty on a fresh
+# machine while the install reported success.
+python3 -m uv pip install -q --python "$venv/bin/python" --override "$overrides" "vllm==$VLLM_VERSION"
 rm -f "$overrides"
+if ! "$venv/bin/python" -c "import vllm.v1.core.sched.scheduler" 2>/dev/null; then
+    echo "error: vLLM $VLLM_VERSION was installed, but $venv/bin/python cannot import its scheduler" >&2
+    exit 1
+fi
 echo "vLLM $VLLM_VERSION installed in $venv in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1))"
