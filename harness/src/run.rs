@@ -163,21 +163,26 @@ pub fn past_violations(spec: &Spec, settings: &Settings) -> bool {
     spec.expect.past_violations || settings.past_violations
 }
 
-/// Checks one case, writing its counterexamples when asked to.
-pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, InputError> {
-    let past_violations = past_violations(spec, settings);
-    let model = ContractModel::new(case.config.clone()).past_violations(past_violations);
-    let options = Options {
+/// How a case of `spec` is searched under `settings`: what `check` runs, and the explorer
+/// too, so that both find the same counterexamples.
+pub fn options(spec: &Spec, settings: &Settings) -> Options {
+    Options {
         threads: settings.threads.max(1),
         symmetry: !settings.no_symmetry,
         limits: limits(spec, settings),
         progress: settings.progress.clone(),
         shortest: settings.shortest,
         exact: settings.exact,
-        past_violations,
+        past_violations: past_violations(spec, settings),
         interrupt: settings.interrupt.clone(),
         ..Options::default()
-    };
+    }
+}
+
+/// Checks one case, writing its counterexamples when asked to.
+pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, InputError> {
+    let options = options(spec, settings);
+    let model = ContractModel::new(case.config.clone()).past_violations(options.past_violations);
     // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
     // exit 2 naming the check, after every worker has stopped.
     let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

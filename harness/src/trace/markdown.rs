@@ -2,7 +2,7 @@
 //! renders (each step's messages and notes), then the steps with what they changed, and
 //! the diagnosis.
 
-use super::Trace;
+use super::{Step, Trace};
 use kvcc_model::narrate::{Event, Party};
 use std::fmt::Write;
 
@@ -74,26 +74,43 @@ pub fn render(trace: &Trace, replay: &str) -> String {
 /// ([`narrate::events`]), a lost one (cleared, dropped, ignored) as `-x` from the party
 /// that sent it, and the point of no return as a note.
 pub fn diagram(trace: &Trace) -> String {
+    sequence(
+        (trace.prefill_ranks, trace.decode_ranks),
+        &trace.steps,
+        trace.point_of_no_return,
+        Some(&format!("VIOLATED {}", trace.clause_name())),
+    )
+}
+
+/// The `sequenceDiagram` of any path of `steps` on `ranks` (P ranks, D ranks), with the
+/// point of no return when known and a closing note when given: a trace's
+/// ([`diagram`]), or a path in the explorer.
+pub fn sequence(
+    ranks: (u16, u16),
+    steps: &[Step],
+    point_of_no_return: Option<usize>,
+    closing: Option<&str>,
+) -> String {
     let lanes = Lanes {
-        prefill: trace.prefill_ranks,
-        decode: trace.decode_ranks,
+        prefill: ranks.0,
+        decode: ranks.1,
     };
     let mut out = String::from("sequenceDiagram\n");
     out += "    participant Client\n";
     out += "    participant Psched as P scheduler\n";
     out += "    participant Pagg as P aggregator\n";
-    out += &lanes.participants("P", trace.prefill_ranks);
-    out += &lanes.participants("D", trace.decode_ranks);
+    out += &lanes.participants("P", ranks.0);
+    out += &lanes.participants("D", ranks.1);
     out += "    participant Dagg as D aggregator\n";
     out += "    participant Dsched as D scheduler\n";
-    if trace.point_of_no_return == Some(0) {
+    if point_of_no_return == Some(0) {
         out += "    Note over Psched,Dsched: point of no return: the initial state\n";
     }
-    for (i, step) in trace.steps.iter().enumerate() {
+    for (i, step) in steps.iter().enumerate() {
         for event in &step.events {
             let _ = writeln!(out, "    {}", lanes.line(i + 1, event));
         }
-        if trace.point_of_no_return == Some(i + 1) {
+        if point_of_no_return == Some(i + 1) {
             let _ = writeln!(
                 out,
                 "    Note over Psched,Dsched: point of no return after step {}",
@@ -101,11 +118,9 @@ pub fn diagram(trace: &Trace) -> String {
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "    Note over Psched,Dsched: VIOLATED {}",
-        clean(&trace.clause_name())
-    );
+    if let Some(closing) = closing {
+        let _ = writeln!(out, "    Note over Psched,Dsched: {}", clean(closing));
+    }
     out
 }
 

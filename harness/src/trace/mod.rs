@@ -15,7 +15,7 @@ use crate::spec::point::{sanitize, Point};
 use crate::spec::Spec;
 use kvcc_model::checker::{Choice, Cost, Counterexample, Kind};
 use kvcc_model::properties::CLAUSES;
-use kvcc_model::{describe, narrate, Action, ContractModel};
+use kvcc_model::{describe, narrate, Action, ContractModel, State};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -39,6 +39,21 @@ pub struct Step {
     pub values: Values,
     /// (fact, before, after) for the facts the step changed.
     pub changes: Vec<(String, String, String)>,
+}
+
+impl Step {
+    /// The step `action` takes from `before` to `after`, as every rendering shows it (the
+    /// explorer's pages too, for any path).
+    pub fn new(model: &ContractModel, action: Action, before: &State, after: &State) -> Step {
+        Step {
+            action,
+            description: narrate::step(model.topology, &action, before, after),
+            events: narrate::events(model.topology, &action, before, after),
+            facts: describe::facts(after),
+            values: describe::values(after),
+            changes: describe::diff(before, after),
+        }
+    }
 }
 
 /// A counterexample with everything its renderings need.
@@ -86,14 +101,7 @@ impl Trace {
         let mut before = &counterexample.initial;
         let mut steps = Vec::new();
         for (action, after) in &counterexample.steps {
-            steps.push(Step {
-                action: *action,
-                description: narrate::step(model.topology, action, before, after),
-                events: narrate::events(model.topology, action, before, after),
-                facts: describe::facts(after),
-                values: describe::values(after),
-                changes: describe::diff(before, after),
-            });
+            steps.push(Step::new(model, *action, before, after));
             before = after;
         }
         let initial = describe::facts(&counterexample.initial);
