@@ -905,12 +905,23 @@ impl Config {
                 "a failed NIXL load with a second loading child is not modelled (vLLM reports it through the load-error blocks, outside the combine rule); turn off faults.transfer-error and faults.handshake-failure".into(),
             );
         }
+        // The store knobs say what the offloading child does with its store jobs: with
+        // no such child they would change nothing, and a spec setting one would read as if
+        // it had been checked.
         for (field, on) in [
             (
                 "faults.offload-store-raises",
                 self.faults.offload_store_raises,
             ),
             ("faults.prefill-preempted", self.faults.prefill_preempted),
+            (
+                "producer.failed-store",
+                self.producer.failed_store != FailedStore::Counted,
+            ),
+            (
+                "producer.store-ledger",
+                self.producer.store_ledger != StoreLedger::PerJob,
+            ),
         ] {
             if on && self.connector != Connector::MultiOffload {
                 return err(

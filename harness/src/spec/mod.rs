@@ -166,62 +166,100 @@ fn key(k: &str) -> Seg {
 }
 
 impl Spec {
-    /// Reads and validates a spec file (everything but the per-point configs).
+    /// Reads and validates a spec file (everything but the per-point configs); its first
+    /// error, if any ([`Spec::load_all`] has them all).
     pub fn load(file: &str) -> Result<Spec, InputError> {
-        let text = kvcc_model::input::read_text(Path::new(file), "spec")?;
-        Spec::parse(file, text)
+        Spec::load_all(file).map_err(first)
     }
 
-    /// Validates a spec's text; `file` is used for messages and the default name.
+    /// Validates a spec's text; `file` is used for messages and the default name. Its
+    /// first error, if any ([`Spec::parse_all`] has them all).
     pub fn parse(file: &str, text: String) -> Result<Spec, InputError> {
-        let source = Source::parse(file, text)?;
+        Spec::parse_all(file, text).map_err(first)
+    }
+
+    /// [`Spec::load`] with every error the file has, in file order.
+    pub fn load_all(file: &str) -> Result<Spec, Vec<InputError>> {
+        let text = kvcc_model::input::read_text(Path::new(file), "spec").map_err(|e| vec![e])?;
+        Spec::parse_all(file, text)
+    }
+
+    /// [`Spec::parse`] with every error the text has, in file order: a user who fixes one
+    /// typo should not have to run kvcc again to meet the next. A syntax error stops
+    /// everything (nothing after it can be read); a bad `[matrix]` stops `[expect]` (whose
+    /// `when` tables name matrix paths) from being judged against it.
+    pub fn parse_all(file: &str, text: String) -> Result<Spec, Vec<InputError>> {
+        let source = Source::parse(file, text).map_err(|e| vec![e])?;
         let mut table: toml::Table = toml::from_str(source.text()).map_err(|e| {
             let message = syntax_message(source.text(), e.span(), e.message());
-            source.error_at(e.span(), None, message)
+            vec![source.error_at(e.span(), None, message)]
         })?;
+        let mut errors = Vec::new();
         let version = table.remove("version");
-        check_version(&source, version)?;
-        check_top_level_keys(&source, &table)?;
+        errors.extend(check_version(&source, version).err());
+        let unknown = check_top_level_keys(&source, &table);
+        let typo_at_top = !unknown.is_empty();
+        for (name, error) in unknown {
+            table.remove(&name);
+            errors.push(error);
+        }
         let name = match table.remove("name") {
             None => default_name(file),
             Some(toml::Value::String(s)) if !s.trim().is_empty() => s,
             Some(_) => {
-                return Err(source.error(&[key("name")], Part::Value, "must be a non-empty string"))
+                errors.push(source.error(
+                    &[key("name")],
+                    Part::Value,
+                    "must be a non-empty string",
+                ));
+                default_name(file)
             }
         };
         let description = match table.remove("description") {
             None => None,
             Some(toml::Value::String(s)) => Some(s),
             Some(_) => {
-                return Err(source.error(&[key("description")], Part::Value, "must be a string"))
+                errors.push(source.error(&[key("description")], Part::Value, "must be a string"));
+                None
             }
         };
         let limits = match table.remove("limits") {
             None => Limits::default(),
-            Some(v) => {
-                let l: LimitsToml = deserialize(&source, &[key("limits")], v)?;
-                Limits {
+            Some(v) => match deserialize::<LimitsToml>(&source, &[key("limits")], v) {
+                Ok(l) => Limits {
                     max_states: l.max_states,
                     max_depth: l.max_depth,
                     timeout: l.timeout_seconds.map(Duration::from_secs),
                     // A spec describes the model, not the machine it is checked on.
                     max_memory: None,
+                },
+                Err(e) => {
+                    errors.push(e);
+                    Limits::default()
                 }
+            },
+        };
+        let matrix = match table.remove("matrix").map(|v| matrix_entries(&source, v)) {
+            None => Some(Vec::new()),
+            Some(Ok(matrix)) => Some(matrix),
+            Some(Err(e)) => {
+                errors.push(e);
+                None
             }
         };
-        let matrix = match table.remove("matrix") {
-            None => Vec::new(),
-            Some(v) => matrix_entries(&source, v)?,
-        };
-        let expect = match table.remove("expect") {
-            None => {
-                return Err(source.error_at(
+        let expect = match (table.remove("expect"), &matrix) {
+            (None, _) => {
+                errors.push(source.error_at(
                     None,
                     Some("expect".into()),
                     "missing: say what the checker must conclude, e.g. `[expect]` with `verdict = \"holds\"`",
-                ))
+                ));
+                None
             }
-            Some(v) => expectations(&source, &matrix, v)?,
+            (Some(_), None) => None,
+            (Some(v), Some(matrix)) => expectations(&source, matrix, v)
+                .map_err(|e| errors.push(e))
+                .ok(),
         };
         let spec = Spec {
             file: file.to_string(),
@@ -229,15 +267,33 @@ impl Spec {
             description,
             source,
             config: table,
-            matrix,
-            expect,
+            matrix: matrix.unwrap_or_default(),
+            expect: expect.unwrap_or(Expect {
+                default: Expectation::Holds,
+                past_violations: false,
+                line: 0,
+                when: Vec::new(),
+            }),
             limits,
         };
         // The spec's own values must make a valid config even where the matrix writes
         // over them at every point: a `pcp = 0` under `[prefill]` is a mistake to report,
         // not to hide behind `[matrix] "prefill.pcp"`.
-        spec.config(&Point::default())?;
-        Ok(spec)
+        if let Err(config_errors) = spec.config_all(&Point::default()) {
+            // A top-level field missing beside a top-level typo is the typo's.
+            errors.extend(config_errors.into_iter().filter(|e| {
+                let missing = e.message.starts_with("missing field `");
+                let top = e.field.as_deref().is_some_and(|f| !f.contains('.'));
+                !(typo_at_top && missing && top)
+            }));
+        }
+        if errors.is_empty() {
+            return Ok(spec);
+        }
+        // In file order, as a compiler lists them; errors with no line (a missing table)
+        // last.
+        errors.sort_by_key(|e| e.at.map_or((usize::MAX, 0), |at| at));
+        Err(errors)
     }
 
     /// Every matrix point, first matrix entry varying slowest.
@@ -361,27 +417,85 @@ impl Spec {
     }
 
     /// The config at a point: the spec's Config fields with the point's values written in.
+    /// Its first error, if any.
     pub fn config(&self, point: &Point) -> Result<Config, InputError> {
+        self.config_all(point).map_err(first)
+    }
+
+    /// [`Spec::config`] with every field error: serde stops at the first, so each failing
+    /// field is taken out and the rest deserialized again (its default then stands in, and
+    /// a "missing" error for a field taken out is not reported). The combination of
+    /// values is judged (`Config::validate`) only when every field reads.
+    fn config_all(&self, point: &Point) -> Result<Config, Vec<InputError>> {
         let mut table = self.config.clone();
         for (path, value) in &point.0 {
             set_path(&mut table, path, value.clone())
-                .map_err(|m| self.field_error(point, &Seg::dotted(path), Part::Value, m))?;
+                .map_err(|m| vec![self.field_error(point, &Seg::dotted(path), Part::Value, m)])?;
         }
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-                let (field, at, part) = serde_failure(e.path(), e.inner().message());
-                let error = self.field_error(point, &at, part, e.inner().message().trim());
-                serde_help(
-                    InputError {
-                        field: Some(field_path(&field)),
-                        ..error
-                    },
-                    e.inner().message(),
-                )
-            })?;
-        config
-            .validate()
-            .map_err(|e| self.field_error(point, &Seg::dotted(&e.field), Part::Value, e.message))?;
+        let schema = schema::schema();
+        let mut errors = Vec::new();
+        // Unknown keys first, from the schema, wherever they are: serde would report one
+        // and then stop at the field it stands for ("missing field `tp`" after `tpp`).
+        let mut removed: Vec<Vec<Seg>> = Vec::new();
+        for (segs, known) in unknown_keys(&schema, &schema, &table, &[]) {
+            let Some(Seg::Key(name)) = segs.last() else {
+                continue;
+            };
+            let message = format!(
+                "unknown field `{name}`, expected {}",
+                known
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let error = self.field_error(point, &segs, Part::Key, message);
+            errors.push(suggest(error, name, known.iter().map(String::as_str)));
+            if let Some((_, parent)) = segs.split_last() {
+                removed.push(parent.to_vec());
+            }
+            remove_field(&mut table, &schema, &segs);
+        }
+        let config = loop {
+            match serde_path_to_error::deserialize::<_, Config>(toml::Value::Table(table.clone())) {
+                Ok(config) => break Some(config),
+                Err(e) => {
+                    let message = e.inner().message();
+                    let (field, at, part) = serde_failure(e.path(), message);
+                    // A field missing beside a typo is the typo's; a field taken out is
+                    // already reported.
+                    let missing = message.starts_with("missing field `");
+                    let parent = &field[..field.len().saturating_sub(1)];
+                    if removed
+                        .iter()
+                        .any(|r| field.starts_with(r) && (missing || r.len() == field.len()))
+                        || (missing && removed.iter().any(|r| r.as_slice() == parent))
+                    {
+                        break None;
+                    }
+                    let dotted = field_path(&field);
+                    let plain = plain_message(message, field_schema(&schema, &dotted));
+                    let error = self.field_error(point, &at, part, plain);
+                    errors.push(serde_help(
+                        InputError {
+                            field: Some(dotted),
+                            ..error
+                        },
+                        message,
+                    ));
+                    let Some(out) = remove_field(&mut table, &schema, &field) else {
+                        break None;
+                    };
+                    removed.push(out);
+                }
+            }
+        };
+        let (Some(config), true) = (config, errors.is_empty()) else {
+            return Err(errors);
+        };
+        config.validate().map_err(|e| {
+            vec![self.field_error(point, &Seg::dotted(&e.field), Part::Value, e.message)]
+        })?;
         Ok(config)
     }
 
@@ -435,9 +549,10 @@ fn values_text(values: &[toml::Value]) -> String {
 }
 
 /// A top-level key must be a spec key or a Config field: catches `[expected]` before the
-/// missing `[expect]` would hide it.
-fn check_top_level_keys(source: &Source, table: &toml::Table) -> Result<(), InputError> {
+/// missing `[expect]` would hide it. Every unknown key, with its error.
+fn check_top_level_keys(source: &Source, table: &toml::Table) -> Vec<(String, InputError)> {
     let schema = schema::schema();
+    let mut unknown = Vec::new();
     for key in table.keys() {
         if !schema::RESERVED.contains(&key.as_str()) && schema::config_field(&schema, key).is_none()
         {
@@ -458,10 +573,10 @@ fn check_top_level_keys(source: &Source, table: &toml::Table) -> Result<(), Inpu
                         .join(", ")
                 ),
             );
-            return Err(suggest(error, key, fields));
+            unknown.push((key.clone(), suggest(error, key, fields)));
         }
     }
-    Ok(())
+    unknown
 }
 
 fn check_version(source: &Source, version: Option<toml::Value>) -> Result<(), InputError> {
@@ -494,7 +609,12 @@ fn deserialize<T: DeserializeOwned>(
     serde_path_to_error::deserialize(value).map_err(|e| {
         let (field, at, part) = serde_failure(e.path(), e.inner().message());
         let join = |segs: Vec<Seg>| prefix.iter().cloned().chain(segs).collect::<Vec<_>>();
-        let error = source.error(&join(at), part, e.inner().message().trim());
+        let schema = schema::schema();
+        let plain = plain_message(
+            e.inner().message(),
+            field_schema(&schema, &field_path(&join(field.clone()))),
+        );
+        let error = source.error(&join(at), part, plain);
         serde_help(
             InputError {
                 field: Some(field_path(&join(field))),
@@ -503,6 +623,175 @@ fn deserialize<T: DeserializeOwned>(
             e.inner().message(),
         )
     })
+}
+
+/// Every key of `table` (at `at`) the schema `node` does not know, with the keys it
+/// knows there, in document order of the tables (toml's maps are sorted).
+fn unknown_keys(
+    root: &serde_json::Value,
+    node: &serde_json::Value,
+    table: &toml::Table,
+    at: &[Seg],
+) -> Vec<(Vec<Seg>, Vec<String>)> {
+    let Some(properties) = schema::resolve(root, node)
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+    else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for (name, value) in table {
+        if at.is_empty() && schema::RESERVED.contains(&name.as_str()) {
+            continue;
+        }
+        let mut segs = at.to_vec();
+        segs.push(key(name));
+        match (properties.get(name), value) {
+            (None, _) => found.push((segs, properties.keys().cloned().collect())),
+            (Some(field), toml::Value::Table(inner)) => {
+                found.extend(unknown_keys(root, field, inner, &segs));
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The first of a file's errors, for callers that stop at one.
+fn first(errors: Vec<InputError>) -> InputError {
+    errors
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| InputError::usage("an input error that says nothing (a kvcc bug)"))
+}
+
+/// The schema of the field at a dotted path, reserved tables (`limits`) included.
+fn field_schema<'a>(root: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    let mut node = root;
+    for segment in path.split('.') {
+        node = schema::resolve(root, node)
+            .get("properties")?
+            .get(segment)?;
+    }
+    Some(schema::resolve(root, node))
+}
+
+/// Takes a failing field out of `table`: the whole value of the first Config field on
+/// its path that is a leaf in the schema (`expected-count`, not `expected-count.fixed`),
+/// else the path itself (an unknown field). The path taken out, or None when nothing was
+/// there (a missing field: taking nothing out cannot get past it).
+fn remove_field(
+    table: &mut toml::Table,
+    schema: &serde_json::Value,
+    field: &[Seg],
+) -> Option<Vec<Seg>> {
+    let keys: Vec<&str> = field
+        .iter()
+        .map_while(|s| match s {
+            Seg::Key(k) => Some(k.as_str()),
+            Seg::Index(_) => None,
+        })
+        .collect();
+    let leaf = (1..=keys.len())
+        .find(|&n| {
+            field_schema(schema, &keys[..n].join("."))
+                .is_some_and(|node| node.get("properties").is_none())
+        })
+        .unwrap_or(keys.len());
+    let (last, parents) = keys[..leaf].split_last()?;
+    let stand_in = field_schema(schema, &keys[..leaf].join(".")).and_then(stand_in);
+    let mut at = table;
+    for parent in parents {
+        at = at.get_mut(*parent)?.as_table_mut()?;
+    }
+    at.remove(*last)?;
+    // A required field taken out would only be reported missing; a valid value in its
+    // place lets the fields after it be read.
+    if let Some(value) = stand_in {
+        at.insert(last.to_string(), value);
+    }
+    Some(keys[..leaf].iter().map(|k| key(k)).collect())
+}
+
+/// A valid value for a field, from its schema: its default, its minimum, its first choice.
+fn stand_in(node: &serde_json::Value) -> Option<toml::Value> {
+    let from_json = |v: &serde_json::Value| match v {
+        serde_json::Value::Bool(b) => Some(toml::Value::Boolean(*b)),
+        serde_json::Value::Number(n) => n.as_i64().map(toml::Value::Integer),
+        serde_json::Value::String(s) => Some(toml::Value::String(s.clone())),
+        _ => None,
+    };
+    node.get("default")
+        .and_then(from_json)
+        .or_else(|| node.get("minimum").and_then(from_json))
+        .or_else(|| node.get("enum")?.get(0).and_then(from_json))
+}
+
+/// serde's message in the words of the spec's values, not Rust's types: `invalid value:
+/// integer `-1`, expected u16` becomes `got -1, expected a whole number from 1 to 16`
+/// (the schema's bounds where it has them, else the type's).
+fn plain_message(message: &str, schema: Option<&serde_json::Value>) -> String {
+    let message = message.trim();
+    let Some(rest) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+    else {
+        return message.to_string();
+    };
+    let Some((got, expected)) = rest.rsplit_once(", expected ") else {
+        return message.to_string();
+    };
+    let unquote = |s: &str| s.trim_matches('`').to_string();
+    let got = if let Some(n) = got.strip_prefix("integer ") {
+        unquote(n)
+    } else if let Some(n) = got.strip_prefix("floating point ") {
+        format!("{}, a number with a fraction", unquote(n))
+    } else if let Some(b) = got.strip_prefix("boolean ") {
+        unquote(b)
+    } else if let Some(text) = got.strip_prefix("string ") {
+        format!("the text {text}")
+    } else {
+        match got {
+            "sequence" => "a list".to_string(),
+            "map" => "a table".to_string(),
+            _ => "a value of another kind".to_string(),
+        }
+    };
+    let bounds = |min: i128, max: i128| {
+        let min = schema
+            .and_then(|s| s.get("minimum"))
+            .and_then(serde_json::Value::as_i64)
+            .map_or(min, i128::from);
+        let max = schema
+            .and_then(|s| s.get("maximum"))
+            .and_then(serde_json::Value::as_i64)
+            .map_or(max, i128::from);
+        if max >= i128::from(u32::MAX) {
+            format!("a whole number, {min} or more")
+        } else {
+            format!("a whole number from {min} to {max}")
+        }
+    };
+    let choices = schema
+        .and_then(|s| s.get("enum"))
+        .and_then(serde_json::Value::as_array)
+        .map(|values| {
+            let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+            format!("one of {}", values.join(", "))
+        });
+    let expected = match expected {
+        "u8" => bounds(0, u8::MAX.into()),
+        "u16" => bounds(0, u16::MAX.into()),
+        "u32" => bounds(0, u32::MAX.into()),
+        "u64" | "usize" => bounds(0, u64::MAX.into()),
+        "i64" => bounds(i64::MIN.into(), i64::MAX.into()),
+        "a boolean" => "true or false".to_string(),
+        "a string" => "text in quotes".to_string(),
+        "a sequence" => "a list `[...]`".to_string(),
+        "string only" | "string or map" => choices.unwrap_or_else(|| "text in quotes".into()),
+        other => choices.unwrap_or_else(|| other.to_string()),
+    };
+    format!("got {got}, expected {expected}")
 }
 
 /// serde names what it expected (`unknown field `pcq`, expected one of `tp`, `pp`, ...`,
@@ -877,8 +1166,7 @@ pub const BENCH_DIR: &str = "bench";
 pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
     let mut files = Vec::new();
     for path in paths {
-        let meta = std::fs::metadata(path)
-            .map_err(|e| InputError::file(path, format!("cannot read: {e}")))?;
+        let meta = std::fs::metadata(path).map_err(|e| not_found(path, e))?;
         if meta.is_dir() {
             let before = files.len();
             let root = Path::new(path);
@@ -899,6 +1187,22 @@ pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
     let mut seen = std::collections::BTreeSet::new();
     files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.into())));
     Ok(files)
+}
+
+/// A path that cannot be read: where kvcc looked, and for the default `specs`, that
+/// `kvcc check` with no PATH expects to run from a kvcc checkout's root.
+fn not_found(path: &str, e: std::io::Error) -> InputError {
+    let looked = std::env::current_dir()
+        .map(|cwd| cwd.join(path).display().to_string())
+        .unwrap_or_else(|_| path.to_string());
+    let error = InputError::file(path, format!("cannot read {looked}: {e}"));
+    if path == SPECS_DIR && e.kind() == std::io::ErrorKind::NotFound {
+        return error.with_help(
+            "with no PATH, kvcc check reads the specs/ directory of a kvcc checkout: run it \
+             from the checkout's root, or name spec files or directories (kvcc check my-spec.toml)",
+        );
+    }
+    error
 }
 
 /// `skip` names a subdirectory of `dir` itself (not of its subdirectories) to leave out.
