@@ -36,7 +36,7 @@ pub const THREADS_MAX: i64 = 256;
 #[command(after_help = "\
 Examples:
   kvcc check                                   every spec under specs/
-  kvcc check specs/pr59325-regression.toml --trace-dir traces
+  kvcc check specs/pr59325-regression.toml --all-traces --trace-dir traces
   kvcc check specs/ --format json --junit kvcc.xml
   kvcc check --shard 2/3 --format json > shard-2.jsonl   then: kvcc merge shard-*.jsonl
   kvcc check specs/pr59325-regression.toml --point prefill.pcp=2 --max-states 100000")]
@@ -97,8 +97,10 @@ pub struct Args {
     /// Also write JUnit XML (one testcase per check) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<String>,
-    /// Write every counterexample to DIR as NAME.txt, NAME.md (Mermaid), NAME.itf.json
-    /// (ITF, for `kvcc replay`) and NAME.sh (the reproduce command).
+    /// Write the counterexamples of every check whose verdict differs from its spec's
+    /// expectation (add --all-traces for every violation, also expected ones) to DIR as
+    /// NAME.txt, NAME.md (Mermaid), NAME.itf.json (ITF, for `kvcc replay`) and NAME.sh
+    /// (the reproduce command). When nothing is written, a line on stderr says so.
     #[arg(long, value_name = "DIR")]
     pub trace_dir: Option<String>,
     /// Run only the I-th of N slices of the checks (1-based), balanced by estimated cost:
@@ -238,18 +240,22 @@ pub fn plan(
     let mut errors = Vec::new();
     let mut plan: Vec<(Spec, Vec<Case>)> = Vec::new();
     for file in files {
-        let loaded = Spec::load(&file).and_then(|spec| {
-            if let Some((other, _)) = plan.iter().find(|(s, _)| s.name == spec.name) {
-                return Err(InputError::file(
-                    &file,
-                    format!("spec name `{}` is also used by {}", spec.name, other.file),
-                ));
+        let spec = match Spec::load_all(&file) {
+            Ok(spec) => spec,
+            Err(all) => {
+                errors.extend(all);
+                continue;
             }
-            let cases = spec.cases(points)?;
-            Ok((spec, cases))
-        });
-        match loaded {
-            Ok(entry) => plan.push(entry),
+        };
+        let checked = match plan.iter().find(|(s, _)| s.name == spec.name) {
+            Some((other, _)) => Err(InputError::file(
+                &file,
+                format!("spec name `{}` is also used by {}", spec.name, other.file),
+            )),
+            None => spec.cases(points),
+        };
+        match checked {
+            Ok(cases) => plan.push((spec, cases)),
             Err(e) => errors.push(e),
         }
     }

@@ -96,8 +96,15 @@ pub fn finish(out: &Output, build: &Build, outcomes: &[Outcome], errors: &[Input
                 outln!("{}", json::error_line(error));
             }
         }
-    } else if !out.json {
-        print_human(out, outcomes);
+    } else {
+        if !out.json {
+            print_human(out, outcomes);
+        }
+        if let (Some(dir), false) = (&out.trace_dir, out.quiet) {
+            if let Some(note) = no_traces_note(dir, outcomes) {
+                eprintln!("{note}");
+            }
+        }
     }
     if github::active() {
         for line in github::annotations(outcomes) {
@@ -138,6 +145,58 @@ pub fn finish(out: &Output, build: &Build, outcomes: &[Outcome], errors: &[Input
     }
 }
 
+/// The line under the table: what `ok` means and where to look next.
+fn footer(out: &Output, outcomes: &[Outcome]) -> String {
+    let mut files: Vec<&str> = outcomes.iter().map(|o| o.file.as_str()).collect();
+    files.dedup();
+    let spec = match files.as_slice() {
+        [one] => crate::trace::shell_quote(one),
+        _ => "SPEC".to_string(),
+    };
+    let meaning = if outcomes.iter().all(|o| o.matches) {
+        "ok: the verdict is as the spec expects (its [expect])."
+    } else {
+        "ok: the verdict is as the spec expects (its [expect]); MISMATCH: it is not (exit 1)."
+    };
+    let written = outcomes.iter().any(|o| !o.traces.is_empty());
+    let next = match (&out.trace_dir, written) {
+        (Some(dir), true) => format!("Next: the traces in {dir} (*.txt: the steps, *.md: a diagram)."),
+        _ => format!(
+            "Next: each violation's steps with `kvcc check {spec} --all-traces --trace-dir traces`; \
+             why a spec expects what it does: its header comment."
+        ),
+    };
+    format!("{meaning} {next}")
+}
+
+/// Why `--trace-dir DIR` wrote nothing, and how to get traces; None when it wrote some.
+/// A user who asked for traces and finds an empty directory must not have to guess.
+pub fn no_traces_note(dir: &str, outcomes: &[Outcome]) -> Option<String> {
+    if outcomes.iter().any(|o| !o.traces.is_empty()) {
+        return None;
+    }
+    let expected: usize = outcomes
+        .iter()
+        .filter(|o| o.matches)
+        .map(|o| o.violations.len())
+        .sum();
+    let why = if outcomes.iter().all(|o| o.violations.is_empty()) {
+        "no check found a violation, so there is no counterexample to write".to_string()
+    } else if outcomes.iter().all(|o| o.matches) {
+        format!(
+            "every verdict is as its spec expects, and --trace-dir writes only the traces of \
+             checks whose verdict differs; add --all-traces to write the {expected} violated \
+             clauses' traces too"
+        )
+    } else {
+        format!(
+            "the mismatched checks found no violation to trace; add --all-traces to write the \
+             {expected} violated clauses' traces of the checks that are as expected"
+        )
+    };
+    Some(format!("kvcc: no trace written to {dir}: {why}"))
+}
+
 /// The table (only the mismatches when quiet), the summary line and where traces went.
 fn print_human(out: &Output, outcomes: &[Outcome]) {
     let shown: Vec<&Outcome> = outcomes
@@ -146,7 +205,11 @@ fn print_human(out: &Output, outcomes: &[Outcome]) {
         .collect();
     let width = table::width();
     if !shown.is_empty() {
-        outln!("{}\n", table::render(&shown, width));
+        let footer = match out.quiet {
+            true => String::new(),
+            false => format!("\n{}", table::wrap(&footer(out, outcomes), width)),
+        };
+        outln!("{}{footer}\n", table::render(&shown, width));
     }
     outln!("{}", summary(outcomes));
     if out.quiet {

@@ -1,7 +1,9 @@
 //! The human table of `kvcc check`: as wide as the terminal, no wider. comfy-table wraps
 //! long cells (a matrix point) inside their column; a verdict names the violated
 //! properties, and the full text of every field (the violated clauses) is in `--format
-//! json`, JUnit and the traces.
+//! json`, JUnit and the traces. Where stdout is no terminal and `COLUMNS` is unset (a CI
+//! log, a pipe) there is no width to fit: a row is one line, never wrapped, so that a log
+//! viewer (which wraps at its own width) and `grep` see each check whole.
 
 use crate::run::{Observed, Outcome};
 use comfy_table::{
@@ -9,31 +11,28 @@ use comfy_table::{
     Width,
 };
 
-/// Columns when neither `COLUMNS` nor a terminal says: what a CI log viewer shows.
-const WIDTH_DEFAULT: u16 = 120;
-
 /// The width to fit: `COLUMNS` (as shells export it and as tests set it), else the
-/// terminal's when stdout is one, else [`WIDTH_DEFAULT`].
-pub fn width() -> u16 {
+/// terminal's when stdout is one, else None: no width, nothing wrapped.
+pub fn width() -> Option<u16> {
     let columns = std::env::var("COLUMNS")
         .ok()
         .and_then(|c| c.trim().parse::<u16>().ok())
         .filter(|&c| c > 0);
-    columns
-        .or_else(|| Table::new().width())
-        .unwrap_or(WIDTH_DEFAULT)
+    columns.or_else(|| Table::new().width())
 }
 
-/// One row per check, numbers right-aligned, no line wider than `width`. Styled (bold
-/// header, a red MISMATCH); the caller prints through anstream, which drops the styles
-/// where colour is off.
-pub fn render(outcomes: &[&Outcome], width: u16) -> String {
+/// One row per check, numbers right-aligned, no line wider than `width` (with no width,
+/// each row on one line). Styled (bold header, a red MISMATCH); the caller prints through
+/// anstream, which drops the styles where colour is off.
+pub fn render(outcomes: &[&Outcome], width: Option<u16>) -> String {
     let mut table = Table::new();
-    table
-        .load_preset(presets::NOTHING)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_width(width)
-        .enforce_styling();
+    table.load_preset(presets::NOTHING).enforce_styling();
+    match width {
+        Some(width) => table
+            .set_content_arrangement(ContentArrangement::Dynamic)
+            .set_width(width),
+        None => table.set_content_arrangement(ContentArrangement::Disabled),
+    };
     // No EXPECTED column: where the verdict matches, it says the same; a mismatch says
     // what was expected in its MATCH cell.
     let header = ["SPEC", "VERDICT", "STATES", "DEPTH", "TIME", "MATCH"];
@@ -55,7 +54,10 @@ pub fn render(outcomes: &[&Outcome], width: u16) -> String {
             matched,
         ]);
     }
-    let widths = widths(&table, outcomes, width);
+    let widths = match width {
+        Some(width) => widths(&table, outcomes, width),
+        None => table.column_max_content_widths(),
+    };
     let last = header.len() - 1;
     for (i, column) in table.column_iter_mut().enumerate() {
         // Two spaces between columns, none before the first or after the last.
@@ -142,8 +144,11 @@ fn verdict(o: &Outcome) -> String {
 }
 
 /// `text` broken at spaces into lines of at most `width` columns (a word longer than a
-/// line stays whole on its own).
-pub fn wrap(text: &str, width: u16) -> String {
+/// line stays whole on its own); with no width, one line.
+pub fn wrap(text: &str, width: Option<u16>) -> String {
+    let Some(width) = width else {
+        return text.to_string();
+    };
     let width = usize::from(width.max(1));
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
@@ -193,9 +198,10 @@ fn title(o: &Outcome) -> String {
 mod tests {
     #[test]
     fn wrap_breaks_at_spaces_within_the_width() {
-        assert_eq!(super::wrap("aa bb cc", 5), "aa bb\ncc");
-        assert_eq!(super::wrap("aaaaaaa b", 5), "aaaaaaa\nb");
-        assert_eq!(super::wrap("", 5), "");
+        assert_eq!(super::wrap("aa bb cc", Some(5)), "aa bb\ncc");
+        assert_eq!(super::wrap("aaaaaaa b", Some(5)), "aaaaaaa\nb");
+        assert_eq!(super::wrap("", Some(5)), "");
+        assert_eq!(super::wrap("aa bb cc", None), "aa bb cc");
     }
 
     #[test]

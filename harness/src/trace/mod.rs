@@ -210,18 +210,73 @@ pub fn write_all(trace: &Trace, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// `NAME.sh`: the reproduce command, runnable from any directory: it first changes to the
-/// directory the check ran in, which the command's paths are relative to. Exits as
-/// `kvcc check` does (0 as expected, 1 a finding).
+/// `NAME.sh`: the reproduce command, runnable from any directory and in any clone. The
+/// command's paths are relative to the directory the check ran in, which is written as a
+/// place in its checkout (`.` for the checkout's root): the script looks for the spec
+/// there, walking up first from the script's own directory (traces kept in a clone), then
+/// from the current one (traces downloaded from CI, run inside a clone), and only then in
+/// the absolute directory the check ran in (the same machine, outside any checkout).
+/// Exits as `kvcc check` does (0 as expected, 1 a finding), or 2 when no spec is found.
 fn script(trace: &Trace, replay: &str) -> String {
-    let cwd = std::env::current_dir()
+    let cwd = std::env::current_dir().ok();
+    let within = cwd
+        .as_deref()
+        .and_then(|cwd| {
+            let root = cwd.ancestors().find(|d| d.join(".git").exists())?;
+            cwd.strip_prefix(root).ok().map(Path::to_path_buf)
+        })
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map_or_else(|| ".".to_string(), |rel| rel.display().to_string());
+    let place = if within == "." {
+        "the root of".to_string()
+    } else {
+        format!("{within}/ in")
+    };
+    let original = cwd
         .map(|d| single_quoted(&d.display().to_string()))
-        .unwrap_or_else(|_| ".".into());
-    format!(
-        "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\nset -eu\ncd {cwd}\nexec {}\n",
+        .unwrap_or_else(|| "''".into());
+    let header = format!(
+        "#!/bin/sh\n# kvcc {}: reproduces the counterexample to {} (rewrites this trace).\n# To re-execute the recorded trace instead: {replay}\n",
         crate::VERSION,
         trace.clause_name(),
-        trace.command
+    );
+    // An absolute spec path names one machine's file: nothing to look for.
+    if Path::new(&trace.spec_file).is_absolute() {
+        return format!("{header}set -eu\ncd {original}\nexec {}\n", trace.command);
+    }
+    format!(
+        "{header}# The command's paths are relative to {place} the checkout it ran in: the checkout
+# holding this script, else the one it is run from, else the directory it ran in.
+set -eu
+spec={spec}
+within={within_quoted}
+original={original}
+here=$(cd \"$(dirname \"$0\")\" && pwd)
+target=
+for start in \"$here\" \"$PWD\"; do
+    dir=$start
+    while :; do
+        if [ -f \"$dir/$within/$spec\" ]; then
+            target=$dir/$within
+            break 2
+        fi
+        [ \"$dir\" = / ] && break
+        dir=$(dirname \"$dir\")
+    done
+done
+if [ -z \"$target\" ] && [ -f \"$original/$spec\" ]; then
+    target=$original
+fi
+if [ -z \"$target\" ]; then
+    echo \"$0: no $within/$spec in a directory above this script or the current one: run it inside a clone of the repository the check ran in\" >&2
+    exit 2
+fi
+cd \"$target\"
+exec {command}
+",
+        within_quoted = single_quoted(&within),
+        spec = single_quoted(&trace.spec_file),
+        command = trace.command,
     )
 }
 
