@@ -17,6 +17,7 @@ mod conform_throughput;
 mod errors;
 mod explore;
 mod fingerprints;
+mod first_minutes;
 mod fuzz;
 mod golden;
 mod hostile;
