@@ -367,3 +367,65 @@ fn issue26_check_outside_a_checkout_says_where_it_looked() {
     assert!(stderr.contains("kvcc checkout"), "{stderr}");
     assert!(stderr.contains("kvcc check my-spec.toml"), "{stderr}");
 }
+
+/// `kvcc replay` prints a difference as the trace's text prints the fact (`req0: 1 to go`,
+/// not `req0: 1`), and a change from a fact a state does not have reads `- → storing`.
+#[test]
+fn issue26_replay_and_traces_print_facts_as_the_trace_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let (code, _, stderr) = run(&[
+        "check",
+        "specs/pr59325-regression.toml",
+        "--point",
+        "prefill.pcp=2",
+        "--point",
+        "prefill.tp=1",
+        "--point",
+        "decode.tp=1",
+        "--point",
+        "producer.lease=false",
+        "--all-traces",
+        "--trace-dir",
+        traces.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let itf = traces.join("pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=false__eventually-freed__delay-freed-request-never-freed.itf.json");
+    let mut trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&itf).unwrap()).unwrap();
+    let fact = "P aggregator finished_sending";
+    let states = trace["states"].as_array_mut().unwrap();
+    let last = states.last_mut().unwrap();
+    assert_eq!(
+        last[fact],
+        serde_json::json!({ "#map": [["req0", { "#bigint": "1" }]] }),
+        "{last}"
+    );
+    last[fact] = serde_json::json!({ "#map": [["req0", { "#bigint": "2" }]] });
+    std::fs::write(&itf, trace.to_string()).unwrap();
+    let (code, stdout, stderr) = run(&["replay", itf.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("is `req0: 2 to go` in the trace but `req0: 1 to go` in the model"),
+        "{stdout}"
+    );
+
+    let (code, _, stderr) = run(&[
+        "check",
+        "specs/pr53903-multiconnector-hang.toml",
+        "--point",
+        "prefill.pcp=2",
+        "--all-traces",
+        "--trace-dir",
+        traces.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    for entry in std::fs::read_dir(&traces).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "txt" || e == "md") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!text.contains(":  → "), "{}:\n{text}", path.display());
+            assert!(!text.contains(":  -> "), "{}:\n{text}", path.display());
+        }
+    }
+}

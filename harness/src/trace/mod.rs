@@ -51,8 +51,21 @@ impl Step {
             events: narrate::events(model.topology, &action, before, after),
             facts: describe::facts(after),
             values: describe::values(after),
-            changes: describe::diff(before, after),
+            changes: describe::diff(before, after)
+                .into_iter()
+                .map(|(name, was, now)| (name, shown(was), shown(now)))
+                .collect(),
         }
+    }
+}
+
+/// A fact's value in a change line: a fact a state does not have (or has empty) is `-`,
+/// as an empty set is, never nothing (`P rank0 req0 offload store: - → storing`).
+fn shown(value: String) -> String {
+    if value.is_empty() {
+        "-".to_string()
+    } else {
+        value
     }
 }
 

@@ -337,6 +337,50 @@ pub(crate) fn in_topology(model: &ContractModel, action: &Action) -> bool {
     }
 }
 
+/// `value` (read from ITF, where every integer is an `Int`) with the integers that `like`
+/// (the model's value of the same fact) holds as reports to go made `Remaining` again.
+fn retyped(like: &describe::Value, value: describe::Value) -> describe::Value {
+    use describe::Value;
+    let first = |items: &[Value]| items.first().cloned();
+    match (like, value) {
+        (Value::Remaining(_), Value::Int(n)) => Value::Remaining(n),
+        (Value::Map(pairs), Value::Map(got)) => Value::Map(
+            got.into_iter()
+                .map(|(k, v)| {
+                    let like = pairs
+                        .iter()
+                        .find(|(lk, _)| *lk == k)
+                        .or_else(|| pairs.first())
+                        .map(|(_, lv)| lv.clone());
+                    let v = match like {
+                        Some(like) => retyped(&like, v),
+                        None => v,
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        (Value::Set(items) | Value::Tup(items), Value::Set(got)) => Value::Set(
+            got.into_iter()
+                .map(|v| match first(items) {
+                    Some(like) => retyped(&like, v),
+                    None => v,
+                })
+                .collect(),
+        ),
+        (Value::Tup(items) | Value::Set(items), Value::Tup(got)) => Value::Tup(
+            got.into_iter()
+                .enumerate()
+                .map(|(i, v)| match items.get(i).cloned() {
+                    Some(like) => retyped(&like, v),
+                    None => v,
+                })
+                .collect(),
+        ),
+        (_, value) => value,
+    }
+}
+
 /// Steps the model through `actions` while they are enabled and compares each state's
 /// facts with the recorded ones.
 fn first_difference(
@@ -365,8 +409,17 @@ fn first_difference(
         let names: BTreeSet<&String> = facts.keys().chain(replayed.keys()).collect();
         // A fact a state does not have is written as the empty string.
         let absent = serde_json::Value::from("");
-        let text = |json: &serde_json::Value| {
-            value_from_itf(json).map_or_else(|_| json.to_string(), |v| v.to_string())
+        // Printed as the trace's text prints them: ITF keeps an integer, not what it
+        // counts, so the model's value of the same fact says which integers are `N to go`.
+        let typed = describe::values(&state);
+        let text = |name: &str, json: &serde_json::Value| {
+            value_from_itf(json).map_or_else(
+                |_| json.to_string(),
+                |v| match typed.get(name) {
+                    Some(like) => retyped(like, v).to_string(),
+                    None => v.to_string(),
+                },
+            )
         };
         for name in names {
             let want = facts.get(name).unwrap_or(&absent);
@@ -375,8 +428,8 @@ fn first_difference(
                 return Some(Difference {
                     step,
                     fact: name.clone(),
-                    trace: text(want),
-                    model: text(got),
+                    trace: text(name, want),
+                    model: text(name, got),
                 });
             }
         }
