@@ -76,7 +76,7 @@ fn issue11_step_text_matches_the_golden_file_of_each_spec_family() {
         let fresh = step_text(&spec);
         if bless {
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(&golden, &fresh).unwrap();
+            bless_file(&golden, &fresh);
             continue;
         }
         let committed = std::fs::read_to_string(&golden).unwrap_or_default();
@@ -93,6 +93,23 @@ fn issue11_step_text_matches_the_golden_file_of_each_spec_family() {
          KVCC_BLESS=1 cargo test -p kvcc-e2e -- golden, and review the diff):\n{}",
         drifted.join("\n")
     );
+}
+
+/// Rewrites a golden file under KVCC_BLESS=1 when it changed, and says which, with its
+/// first changed line (issue 26: blessing said nothing of what it rewrote). Written to the
+/// process's stderr directly: libtest captures `eprintln!` of a passing test.
+fn bless_file(golden: &Path, fresh: &str) {
+    use std::io::Write as _;
+    let committed = std::fs::read_to_string(golden).unwrap_or_default();
+    let name = golden.strip_prefix(root()).unwrap_or(golden).display();
+    let note = match first_difference(&committed, fresh) {
+        None => return,
+        Some((line, _, now)) => {
+            std::fs::write(golden, fresh).unwrap();
+            format!("KVCC_BLESS: rewrote {name} (from line {line}: {now})\n")
+        }
+    };
+    let _ = std::io::stderr().write_all(note.as_bytes());
 }
 
 /// Whether `line` has the word `lease` (not `released`).
@@ -194,7 +211,7 @@ fn state_counts_of_every_shipped_check_are_pinned() {
         }
     }
     if std::env::var_os("KVCC_BLESS").is_some() {
-        std::fs::write(&golden, &fresh).unwrap();
+        bless_file(&golden, &fresh);
         return;
     }
     let committed = std::fs::read_to_string(&golden).unwrap_or_default();
