@@ -334,3 +334,245 @@ fn issue23_a_click_whose_client_left_stops_and_holds_nothing_up() {
     let spent = cpu_seconds(pid) - before;
     assert!(spent < 0.5, "{spent} s of CPU after the clients left");
 }
+
+/// Chromium for the browser tests: `/usr/bin/chromium` (Debian's package, which `.ci/run`
+/// installs) or `chromium` on PATH. Without it the tests skip, saying so, unless
+/// `KVCC_REQUIRE_CHROMIUM=1` (CI), where they fail.
+fn chromium() -> Option<String> {
+    let found = ["/usr/bin/chromium", "chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .map(str::to_string);
+    if found.is_none() {
+        assert!(
+            std::env::var("KVCC_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
+            "KVCC_REQUIRE_CHROMIUM=1 but no chromium: run scripts/install-chromium.sh"
+        );
+        eprintln!("SKIPPED: no chromium on this machine (scripts/install-chromium.sh installs it)");
+    }
+    found
+}
+
+/// The DOM of `url` after its scripts ran, as headless Chromium renders it.
+fn dom(chromium: &str, url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--virtual-time-budget=3000", "--dump-dom", url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+    let mut browser = Explorer(child);
+    let mut stdout = browser.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    let text = rx
+        .recv_timeout(Duration::from_secs(90))
+        .expect("chromium dumps the DOM within 90 s");
+    assert!(text.contains("</html>"), "not a page: {text}");
+    text
+}
+
+/// Waits until the explorer's search (kvcc check's) has concluded.
+fn concluded(addr: &str) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        let (_, body) = get(addr, "/.kvcc/verdict");
+        if !body.contains("\"checking\"") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the explorer's search did not conclude within 60 s");
+}
+
+/// The text between `start` and the next `end` after it, from `at`.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = text.find(start)? + start.len();
+    let len = text[from..].find(end)?;
+    Some(&text[from..from + len])
+}
+
+/// A page's path: each step's action name and description, as its list shows them.
+fn page_steps(dom: &str) -> Vec<(String, String)> {
+    let list = between(dom, "<ol id=\"steps\">", "</ol>").expect("a path on the page");
+    list.split("<li ")
+        .skip(1)
+        .filter_map(|li| {
+            let name = between(li, "data-action=\"", "\"")?;
+            let description = between(li, "<span class=\"description\">", "</span>")?;
+            Some((name.to_string(), unescape(description)))
+        })
+        .collect()
+}
+
+fn unescape(html: &str) -> String {
+    html.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+/// A trace file's steps: each state's action name and description.
+fn trace_steps(itf: &std::path::Path) -> Vec<(String, String)> {
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(itf).unwrap()).unwrap();
+    trace["states"].as_array().unwrap()[1..]
+        .iter()
+        .map(|s| {
+            (
+                s["action"]["action"].as_str().unwrap().to_string(),
+                s["#meta"]["description"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+const SEED_CLAUSE: &str = "eventually-freed: delay-freed-request-never-freed";
+
+/// `kvcc check --trace-dir` on the seed: the directory and the eventually-freed trace.
+fn seed_trace() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().display().to_string();
+    let (code, stdout, stderr) = run(&[
+        "check",
+        &fixture("seed-59325.toml"),
+        "--trace-dir",
+        &traces,
+        "--all-traces",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let itf = dir
+        .path()
+        .join("seed-59325__eventually-freed__delay-freed-request-never-freed.itf.json");
+    assert!(itf.exists(), "{stdout}");
+    (dir, itf)
+}
+
+/// Issue 26: kvcc's own page, as a browser renders it: the spec and point named, the
+/// clauses by kind with liveness as liveness, and the violated clause's link leading to
+/// exactly the steps `kvcc check --trace-dir` writes for it.
+#[test]
+fn issue26_the_page_links_a_violated_clause_to_checks_counterexample() {
+    let Some(chromium) = chromium() else { return };
+    let (_explorer, addr, _) = start(&fixture("seed-59325.toml"));
+    concluded(&addr);
+    let home = dom(&chromium, &format!("http://{addr}/"));
+    assert!(
+        home.contains("<span id=\"spec\">seed-59325</span>"),
+        "{home}"
+    );
+    assert!(
+        home.contains("<span id=\"point\">none (the spec has no matrix)</span>"),
+        "{home}"
+    );
+    // Liveness clauses sit under a liveness heading, not stateright's "Safety holds".
+    let liveness = between(&home, "<section id=\"liveness\">", "</section>").expect("liveness");
+    let safety = between(&home, "<section id=\"safety\">", "</section>").expect("safety");
+    assert!(liveness.starts_with("<h3>Liveness"), "{liveness}");
+    assert!(liveness.contains(&format!("data-clause=\"{SEED_CLAUSE}\"")));
+    assert!(!safety.contains(&format!("data-clause=\"{SEED_CLAUSE}\"")));
+    assert!(
+        !home.contains("Init 0") && !home.contains("Safety holds"),
+        "{home}"
+    );
+    // The page opens at the initial state, named as a trace names it.
+    assert!(
+        home.contains(
+            "<span class=\"n\">0.</span> <span class=\"description\">initial state</span>"
+        ),
+        "{home}"
+    );
+    assert!(page_steps(&home).is_empty());
+
+    let clause = between(&home, &format!("data-clause=\"{SEED_CLAUSE}\""), "</li>").unwrap();
+    assert!(clause.contains("data-status=\"violated\""), "{clause}");
+    let link = between(clause, "<a class=\"counterexample\" href=\"", "\"").expect("a link");
+    let counterexample = dom(&chromium, &format!("http://{addr}{link}"));
+    let (_dir, itf) = seed_trace();
+    let written = trace_steps(&itf);
+    assert_eq!(written.len(), 8);
+    assert_eq!(page_steps(&counterexample), written);
+    assert!(
+        counterexample.contains(&format!("kvcc's counterexample to <b>{SEED_CLAUSE}</b>")),
+        "{counterexample}"
+    );
+    // The diagram is drawn, the last step's rows marked, and the changed facts marked.
+    assert!(
+        counterexample.contains("<svg class=\"sequence\""),
+        "{counterexample}"
+    );
+    assert!(counterexample.contains("<g class=\"row current\" data-step=\"8\">"));
+    assert!(counterexample.contains("<tr class=\"changed\" data-fact=\"D req0\">"));
+
+    // The twin: one step short of it is another path, and the comparison says so.
+    let shorter = &link[..link.rfind('/').unwrap()];
+    let prefix = dom(&chromium, &format!("http://{addr}{shorter}"));
+    assert_ne!(page_steps(&prefix), written);
+    assert_eq!(page_steps(&prefix)[..], written[..7]);
+    assert!(!prefix.contains("kvcc's counterexample to"), "{prefix}");
+}
+
+/// Issue 26: `kvcc explore --trace FILE` opens the page at the trace's path, at the spec
+/// and point it records; a trace whose path the model cannot take is refused.
+#[test]
+fn issue26_explore_trace_opens_at_the_traces_path() {
+    let Some(chromium) = chromium() else { return };
+    let (dir, itf) = seed_trace();
+    let itf_arg = itf.display().to_string();
+    let child = kvcc()
+        .args(["explore", "--trace", &itf_arg, "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvcc explore starts");
+    let mut explorer = Explorer(child);
+    let stdout = explorer.0.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let addr = between(&line, "http://", "/").expect("a URL").to_string();
+    concluded(&addr);
+    let page = dom(&chromium, &format!("http://{addr}/"));
+    assert!(page.contains("<p id=\"opened-from\">"), "{page}");
+    assert_eq!(page_steps(&page), trace_steps(&itf));
+    drop(explorer);
+
+    // The twin: the same trace with its first step cut out cannot be walked.
+    let mut trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&itf).unwrap()).unwrap();
+    let states = trace["states"].as_array_mut().unwrap();
+    states.remove(1);
+    let broken = dir.path().join("broken.itf.json");
+    std::fs::write(&broken, serde_json::to_string(&trace).unwrap()).unwrap();
+    let (code, _, stderr) = run(&[
+        "explore",
+        "--trace",
+        &broken.display().to_string(),
+        "--addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("the trace's path cannot be opened: step 1"),
+        "{stderr}"
+    );
+}

@@ -5,10 +5,11 @@
 //! private loopback port; each client gets a bounded number of connections, a deadline
 //! for its request head and a deadline for reading the answer, and the answer is buffered
 //! here so stateright's thread is never held by a slow reader. A click (`GET /.states...`)
-//! is answered here, bounded ([`super::click`]); only what is cheap reaches stateright.
+//! is answered here, bounded ([`super::click`]), and so is kvcc's own page
+//! ([`super::page`]); only stateright's cheap endpoints reach stateright.
 
 use super::click::{self, Answer, Limits, Stop};
-use kvcc_model::ContractModel;
+use super::{page, Site};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -56,10 +57,10 @@ const MAX_HEAD: usize = 16 * 1024;
 /// status now; a click is answered here).
 const MAX_ANSWER: usize = 256 * 1024 * 1024;
 
-/// Accepts on `listener` forever, answering clicks on `model` and forwarding the rest to
-/// stateright at `backend`.
-pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds, model: ContractModel) {
-    let model = Arc::new(model);
+/// Accepts on `listener` forever, answering the page and clicks of `site` and forwarding
+/// the rest to stateright at `backend`.
+pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds, site: Site) {
+    let site = Arc::new(site);
     let open: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
@@ -82,9 +83,9 @@ pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds, model: Co
             continue;
         }
         let open = Arc::clone(&open);
-        let model = Arc::clone(&model);
+        let site = Arc::clone(&site);
         std::thread::spawn(move || {
-            serve(stream, backend, bounds, &model);
+            serve(stream, backend, bounds, &site);
             let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(count) = open.get_mut(&peer.ip()) {
                 *count -= 1;
@@ -97,19 +98,25 @@ pub fn run(listener: TcpListener, backend: SocketAddr, bounds: Bounds, model: Co
 }
 
 /// One connection: one request, one answer, then close.
-fn serve(mut client: TcpStream, backend: SocketAddr, bounds: Bounds, model: &ContractModel) {
+fn serve(mut client: TcpStream, backend: SocketAddr, bounds: Bounds, site: &Site) {
     let _ = client.set_read_timeout(Some(bounds.client_deadline));
     let _ = client.set_write_timeout(Some(bounds.client_deadline));
     let answer = match read_head(&mut client, bounds.client_deadline) {
         Ok(head) => match request_line(&head) {
             Some(("GET", path)) if path.starts_with(CLICK) => {
-                match click(&client, &path[CLICK.len()..], backend, bounds, model) {
+                match click(&client, &path[CLICK.len()..], backend, bounds, &site.model) {
                     Some(answer) => answer,
                     // The client left: nobody to answer.
                     None => return,
                 }
             }
-            Some((method, path)) => forward(method, path, backend, bounds.backend_deadline),
+            Some((method, path)) => match (method == "GET")
+                .then(|| page::answer(site, path))
+                .flatten()
+            {
+                Some(page) => Ok(with_head(page.status, page.content_type, page.body)),
+                None => forward(method, path, backend, bounds.backend_deadline),
+            },
             None => Err("400 Bad Request"),
         },
         Err(status) => Err(status),
@@ -180,7 +187,7 @@ fn click(
     path: &str,
     backend: SocketAddr,
     bounds: Bounds,
-    model: &ContractModel,
+    model: &kvcc_model::ContractModel,
 ) -> Option<Result<Vec<u8>, &'static str>> {
     let until = Instant::now() + bounds.click.deadline;
     // Every entry carries the properties and what stateright's checker has discovered;

@@ -209,6 +209,15 @@ pub fn model_of(
     trace: &ItfTrace,
     spec_override: Option<&str>,
 ) -> Result<ContractModel, InputError> {
+    case_of(file, trace, spec_override).map(|(_, _, model)| model)
+}
+
+/// [`model_of`], with the spec and the point it was built from (`kvcc explore --trace`).
+pub fn case_of(
+    file: &str,
+    trace: &ItfTrace,
+    spec_override: Option<&str>,
+) -> Result<(Spec, Point, ContractModel), InputError> {
     let spec_file = match spec_override {
         Some(spec) => spec.to_string(),
         None => recorded_spec(file, &trace.meta.source)?,
@@ -226,7 +235,8 @@ pub fn model_of(
         eprintln!("note: {note}");
     }
     // A trace the spec's search found past a safety violation replays past it too.
-    Ok(ContractModel::new(config).past_violations(spec.expect.past_violations))
+    let model = ContractModel::new(config).past_violations(spec.expect.past_violations);
+    Ok((spec, point, model))
 }
 
 /// Where the spec a trace names (`#meta.source`) is, read only inside the working tree or
