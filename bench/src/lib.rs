@@ -16,7 +16,7 @@ pub mod aggregator;
 pub mod recorded_run;
 
 use kvcc::cmd::conform::peak_rss_bytes;
-use kvcc::run::{self, Observed, Outcome, Settings};
+use kvcc::run::{self, Outcome, Settings};
 use kvcc::spec::point::Point;
 use kvcc::spec::{Case, Expectation, Spec};
 use kvcc_model::InputError;
@@ -56,7 +56,7 @@ pub struct RunRecord {
 impl RunRecord {
     pub fn new(outcome: &Outcome, peak_rss_bytes: Option<u64>) -> RunRecord {
         RunRecord {
-            verdict: verdict_word(&outcome.observed).to_string(),
+            verdict: outcome.observed.word().to_string(),
             verdict_text: outcome.verdict_text(),
             violated: outcome.violated_properties(),
             matches: outcome.matches,
@@ -77,14 +77,6 @@ impl RunRecord {
             self.transitions,
             self.max_depth,
         )
-    }
-}
-
-fn verdict_word(observed: &Observed) -> &'static str {
-    match observed {
-        Observed::Holds => "holds",
-        Observed::Violated => "violated",
-        Observed::Inconclusive(_) => "inconclusive",
     }
 }
 

@@ -1,5 +1,7 @@
 //! Checking one case (a spec at a matrix point) and judging the verdict against the
-//! spec's expectation. A run cut by any limit is inconclusive and never matches.
+//! spec's expectation. A run cut by a limit before any violation is inconclusive and never
+//! matches; one cut after a violation is *violated*, incomplete ([`judge`] says what such
+//! a run can and cannot settle).
 
 use crate::spec::point::Point;
 use crate::spec::{Case, Expectation, Spec};
@@ -45,9 +47,46 @@ pub struct Settings {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observed {
     Holds,
-    Violated,
-    /// Cut short (the reason); any violations found so far are in `violations`.
+    /// At least one clause broke, each with a counterexample the checker replayed from
+    /// the initial state (certain, whatever else the run did or did not see).
+    Violated {
+        /// Why the run stopped short, when a limit cut it after its violations were
+        /// found: `violations` are those found before the cut, and others may lie past
+        /// it. None when every reachable state was explored.
+        incomplete: Option<String>,
+    },
+    /// Cut short (the reason) before any violation was found.
     Inconclusive(String),
+}
+
+impl Observed {
+    /// `holds`, `violated` or `inconclusive`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Observed::Holds => "holds",
+            Observed::Violated { .. } => "violated",
+            Observed::Inconclusive(_) => "inconclusive",
+        }
+    }
+
+    /// Why a violated run is incomplete, if it is.
+    pub fn incomplete(&self) -> Option<&str> {
+        match self {
+            Observed::Violated { incomplete } => incomplete.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// How a verdict meets an expectation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    Matches,
+    /// Certainly not as expected, or (for an inconclusive run) not shown to be.
+    Mismatch,
+    /// An incomplete violated run that neither meets nor refutes the expectation: these
+    /// expected properties were not reached before the cut.
+    Unreached(Vec<String>),
 }
 
 /// A violated clause.
@@ -71,6 +110,9 @@ pub struct Outcome {
     pub observed: Observed,
     pub violations: Vec<Violation>,
     pub matches: bool,
+    /// Expected properties an incomplete run did not reach, which leave it undecided
+    /// ([`Judgement::Unreached`]); empty otherwise.
+    pub unreached: Vec<String>,
     pub unique_states: u64,
     pub transitions: u64,
     pub max_depth: u32,
@@ -104,14 +146,26 @@ impl Outcome {
         };
         match &self.observed {
             Observed::Holds => "holds".into(),
-            Observed::Violated => format!("violated ({})", clauses()),
-            Observed::Inconclusive(reason) if self.violations.is_empty() => {
-                format!("inconclusive ({reason})")
-            }
-            Observed::Inconclusive(reason) => {
-                format!("inconclusive ({reason}; violated so far: {})", clauses())
-            }
+            Observed::Violated { incomplete: None } => format!("violated ({})", clauses()),
+            Observed::Violated {
+                incomplete: Some(reason),
+            } => format!("violated ({}; incomplete: {reason})", clauses()),
+            Observed::Inconclusive(reason) => format!("inconclusive ({reason})"),
         }
+    }
+
+    /// Sets `matches` and `unreached` from the verdict and the expectation.
+    pub fn judge(&mut self) {
+        let judgement = judge(
+            &self.expectation,
+            &self.observed,
+            &self.violated_properties(),
+        );
+        self.matches = judgement == Judgement::Matches;
+        self.unreached = match judgement {
+            Judgement::Unreached(properties) => properties,
+            _ => Vec::new(),
+        };
     }
 
     /// The violated properties, each once, in clause order.
@@ -126,24 +180,47 @@ impl Outcome {
     }
 }
 
-/// Whether an observation meets an expectation. Only an exhaustive run can.
-pub fn matches(expectation: &Expectation, observed: &Observed, violated: &[String]) -> bool {
-    match (expectation, observed) {
-        (Expectation::Holds, Observed::Holds) => true,
-        (Expectation::Violated(want), Observed::Violated) => {
-            let mut want = want.clone();
-            let mut got = violated.to_vec();
-            want.sort();
-            got.sort();
-            want == got
+/// How an observation meets an expectation; `violated` are the violated properties.
+///
+/// An inconclusive run never matches. A violated run's violations are certain (each
+/// replayed), so an incomplete one (cut by a limit after them) settles what they settle:
+/// `holds` mismatches; an exact list mismatches when a property outside it broke; a list
+/// whose every property broke (exact or at least), or any-of with one that broke, matches.
+/// What it cannot settle is a property it did not reach: one expected and not found may
+/// lie past the cut, so the check is [`Judgement::Unreached`] for it, never a mismatch.
+/// An exact list that was found whole matches although others might break past the cut;
+/// the incomplete mark on the verdict says so.
+pub fn judge(expectation: &Expectation, observed: &Observed, violated: &[String]) -> Judgement {
+    let incomplete = match observed {
+        Observed::Holds => {
+            return if *expectation == Expectation::Holds {
+                Judgement::Matches
+            } else {
+                Judgement::Mismatch
+            }
         }
-        (Expectation::ViolatedAll(want), Observed::Violated) => {
-            want.iter().all(|p| violated.contains(p))
+        Observed::Inconclusive(_) => return Judgement::Mismatch,
+        Observed::Violated { incomplete } => incomplete.is_some(),
+    };
+    let missing = |want: &[String]| -> Vec<String> {
+        want.iter()
+            .filter(|p| !violated.contains(p))
+            .cloned()
+            .collect()
+    };
+    let unmet = match expectation {
+        Expectation::Holds => return Judgement::Mismatch,
+        Expectation::Violated(want) if violated.iter().any(|p| !want.contains(p)) => {
+            return Judgement::Mismatch
         }
-        (Expectation::ViolatedAny(want), Observed::Violated) => {
-            want.iter().any(|p| violated.contains(p))
-        }
-        _ => false,
+        Expectation::Violated(want) | Expectation::ViolatedAll(want) => missing(want),
+        Expectation::ViolatedAny(want) if want.iter().any(|p| violated.contains(p)) => Vec::new(),
+        Expectation::ViolatedAny(want) => want.clone(),
+    };
+    match (unmet.is_empty(), incomplete) {
+        (true, _) => Judgement::Matches,
+        (false, true) => Judgement::Unreached(unmet),
+        (false, false) => Judgement::Mismatch,
     }
 }
 
@@ -212,10 +289,15 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
             depth: c.steps.len(),
         })
         .collect();
-    let observed = match (report.cut(), &report.verdict) {
-        (Some(cut), _) => Observed::Inconclusive(cut.to_string()),
-        (None, Verdict::Violated) => Observed::Violated,
-        (None, _) => Observed::Holds,
+    // A cut run with violations is violated: the checker replayed each counterexample
+    // from the initial state and re-checked its clause, so the cut leaves only the list
+    // incomplete.
+    let observed = match (&report.verdict, report.cut()) {
+        (Verdict::Violated, cut) => Observed::Violated {
+            incomplete: cut.map(ToString::to_string),
+        },
+        (_, Some(cut)) => Observed::Inconclusive(cut.to_string()),
+        (_, None) => Observed::Holds,
     };
     let mut outcome = Outcome {
         spec: spec.name.clone(),
@@ -226,6 +308,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         observed,
         violations,
         matches: false,
+        unreached: Vec::new(),
         unique_states: report.unique_states,
         transitions: report.transitions,
         max_depth: report.max_depth,
@@ -234,11 +317,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         collision_probability: report.collision_probability(),
         traces: Vec::new(),
     };
-    outcome.matches = matches(
-        &outcome.expectation,
-        &outcome.observed,
-        &outcome.violated_properties(),
-    );
+    outcome.judge();
     // A reviewer needs the traces of what differs from the spec; expected violations
     // are written only when asked for (`--all-traces`).
     if let (Some(dir), true) = (&settings.trace_dir, !outcome.matches || settings.all_traces) {

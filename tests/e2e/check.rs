@@ -285,7 +285,7 @@ fn json_lines_parse_and_carry_the_documented_fields() {
         ] {
             assert!(line.get(field).is_some(), "{field} missing in {line}");
         }
-        assert_eq!(line["format_version"], 2);
+        assert_eq!(line["format_version"], 3);
     }
     let pcp2 = &lines[1];
     assert_eq!(pcp2["spec"], "seed-59325-pcp");

@@ -57,7 +57,7 @@ fn json_output_has_an_error_line_on_exit_2() {
     let (code, stdout, _) = run(&["check", &file, "--format", "json"]);
     assert_eq!(code, 2);
     let line: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
-    assert_eq!(line["format_version"], 2);
+    assert_eq!(line["format_version"], 3);
     assert_eq!(line["error"]["file"], file.as_str());
     assert_eq!(line["error"]["line"], line_of(&file, "requets"));
     assert_eq!(line["error"]["field"], "requets");

@@ -35,3 +35,4 @@ mod simulate_closed_loop;
 mod terminal;
 mod traces;
 mod version;
+mod violated_cut;

@@ -217,11 +217,16 @@ pub fn exec(args: Args) -> Exit {
 fn stopped(signal: i32, outcomes: &[Outcome], selected: usize) -> String {
     let name = interrupt::name(signal);
     let not_run = selected - outcomes.len();
-    let cut = outcomes
-        .last()
-        .filter(|o| matches!(&o.observed, Observed::Inconclusive(why) if *why == Cutoff::Interrupted.to_string()));
+    let interrupted = Cutoff::Interrupted.to_string();
+    let cut = outcomes.last().and_then(|o| match &o.observed {
+        Observed::Inconclusive(why) if *why == interrupted => Some((o, "inconclusive")),
+        Observed::Violated {
+            incomplete: Some(why),
+        } if *why == interrupted => Some((o, "violated, incomplete")),
+        _ => None,
+    });
     let cut = match cut {
-        Some(o) => format!("cut {} (inconclusive), ", o.title()),
+        Some((o, verdict)) => format!("cut {} ({verdict}), ", o.title()),
         None => String::new(),
     };
     format!(

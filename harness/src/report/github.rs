@@ -1,5 +1,5 @@
 //! GitHub Actions: an `::error` annotation at the spec line that states each unmet
-//! expectation, and a job summary (`$GITHUB_STEP_SUMMARY`): a Markdown table and the
+//! expectation (a `::warning` for each met by a run a limit cut short), and a job summary (`$GITHUB_STEP_SUMMARY`): a Markdown table and the
 //! Markdown trace, Mermaid diagram included, of every mismatch.
 
 use crate::report::diagnostic;
@@ -12,26 +12,39 @@ pub fn active() -> bool {
     std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
 }
 
-/// One workflow command per mismatch.
+/// One workflow command per mismatch (`::error`), and per check that met its expectation
+/// with a run a limit cut short (`::warning`: past the cut, more may break).
 pub fn annotations(outcomes: &[Outcome]) -> Vec<String> {
     outcomes
         .iter()
-        .filter(|o| !o.matches)
+        .filter(|o| !o.matches || o.observed.incomplete().is_some())
         .map(|o| {
-            annotation(
-                &o.file,
-                o.expect_line,
-                &format!("kvcc: {}", o.title()),
-                &format!("expected {}, got {}", o.expectation, o.verdict_text()),
-            )
+            let title = format!("kvcc: {}", o.title());
+            let mut message = format!("expected {}, got {}", o.expectation, o.verdict_text());
+            if o.matches {
+                message += "; clauses past the limit were not checked";
+                return command("warning", &o.file, o.expect_line, &title, &message);
+            }
+            if !o.unreached.is_empty() {
+                message += &format!(
+                    "; {} not reached before the limit: inconclusive",
+                    o.unreached.join(", ")
+                );
+            }
+            annotation(&o.file, o.expect_line, &title, &message)
         })
         .collect()
 }
 
 /// `::error file=FILE,line=LINE,title=TITLE::MESSAGE`, escaped.
 pub fn annotation(file: &str, line: usize, title: &str, message: &str) -> String {
+    command("error", file, line, title, message)
+}
+
+/// `::KIND file=FILE,line=LINE,title=TITLE::MESSAGE`, escaped.
+fn command(kind: &str, file: &str, line: usize, title: &str, message: &str) -> String {
     format!(
-        "::error file={},line={line},title={}::{}",
+        "::{kind} file={},line={line},title={}::{}",
         property(file),
         property(title),
         data(message)
@@ -60,7 +73,11 @@ pub fn summary(outcomes: &[Outcome], errors: &[InputError]) -> String {
             cell(&o.title()),
             cell(&o.verdict_text()),
             cell(&o.expectation.to_string()),
-            if o.matches { "✅" } else { "❌ mismatch" },
+            match (o.matches, o.unreached.is_empty()) {
+                (true, _) => "✅",
+                (false, true) => "❌ mismatch",
+                (false, false) => "❌ inconclusive",
+            },
             o.unique_states,
             o.max_depth,
             o.seconds

@@ -2,14 +2,14 @@
 //! `kvcc merge` reads them back. An input error is a line of its own, `{"error": {...}}`.
 //!
 //! ```json
-//! {"format_version": 2, "kvcc_version": "0.1.0", "kvcc_commit": "64282b6...",
+//! {"format_version": 3, "kvcc_version": "0.1.0", "kvcc_commit": "64282b6...",
 //!  "kvcc_dirty": false, "spec": "seed-59325", "file": "specs/seed-59325.toml",
 //!  "spec_hash": "5f0c6a8d2e4b1c37", "point": {"prefill.pcp": 2},
-//!  "verdict": "violated", "inconclusive_reason": null,
+//!  "verdict": "violated", "inconclusive_reason": null, "incomplete_reason": null,
 //!  "violations": [{"property": "eventually-freed",
 //!                  "clause": "delay-freed-request-never-freed", "depth": 6}],
 //!  "expected": {"verdict": "violated", "violates": ["eventually-freed"]},
-//!  "matches": true, "unique_states": 13, "transitions": 19, "max_depth": 6,
+//!  "matches": true, "unreached": [], "unique_states": 13, "transitions": 19, "max_depth": 6,
 //!  "seconds": 0.002, "states_per_second": 6500.0,
 //!  "fingerprint_bits": 64, "collision_probability": 4.2e-18, "traces": [],
 //!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null,
@@ -24,8 +24,12 @@
 //!   `kvcc --version`); null when not known (not built from a git checkout, or the commit
 //!   was given by the builder as `KVCC_COMMIT`). Absent from lines of a kvcc before it.
 //! - `spec_hash`: xxh3-64 of the spec file's bytes, 16 hex digits.
-//! - `verdict`: `holds`, `violated` or `inconclusive` (a limit cut the run:
-//!   `inconclusive_reason` says which; `violations` lists what was found before it).
+//! - `verdict`: `holds`, `violated` or `inconclusive` (a limit cut the run before any
+//!   violation: `inconclusive_reason` says which). A run cut after a violation is
+//!   `violated`, and `incomplete_reason` says which limit cut it: `violations` lists what
+//!   was found before the cut (each replayed, so certain); others may lie past it.
+//! - `unreached`: the expected properties an incomplete run did not reach, which leave the
+//!   check undecided (`matches` false, never a proven mismatch); empty otherwise.
 //! - `point`: the matrix point's Config field paths and values (`{}` without a matrix).
 //! - `expected.violates`: present (possibly empty) for `"violated"` only.
 //! - `depth`: steps of the violation's shortest counterexample.
@@ -43,7 +47,9 @@
 //!
 //! Fields are only ever added within one `format_version`. Version 2 added `kvcc_commit`,
 //! `spec_hash`, `settings` and `run`, which `kvcc merge` requires; later, `kvcc_dirty`, and
-//! `kvcc_commit` and `kvcc_dirty` on error lines.
+//! `kvcc_commit` and `kvcc_dirty` on error lines. Version 3 changed what `verdict` means
+//! for a run cut after a violation (`violated`, was `inconclusive`) and added
+//! `incomplete_reason` and `unreached`.
 
 use crate::run::{Observed, Outcome, Violation};
 use crate::shard::Shard;
@@ -58,7 +64,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The version of this line format.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The settings of `kvcc check` that can change a verdict, a counterexample or which
 /// checks run. Threads are not among them (the checker is deterministic), nor are the
@@ -161,9 +167,14 @@ pub struct Line {
     pub point: Value,
     pub verdict: String,
     pub inconclusive_reason: Option<String>,
+    /// For `violated`: the limit that cut the run after its violations; null when the
+    /// run explored every reachable state.
+    pub incomplete_reason: Option<String>,
     pub violations: Vec<ViolationLine>,
     pub expected: Value,
     pub matches: bool,
+    /// Expected properties an incomplete run did not reach.
+    pub unreached: Vec<String>,
     pub unique_states: u64,
     pub transitions: u64,
     pub max_depth: u32,
@@ -192,7 +203,7 @@ pub struct ViolationLine {
     pub depth: usize,
 }
 
-/// An input error, as `{"format_version": 2, "kvcc_version": ..., "kvcc_commit": ...,
+/// An input error, as `{"format_version": 3, "kvcc_version": ..., "kvcc_commit": ...,
 /// "kvcc_dirty": ..., "error": {...}}`.
 #[derive(Serialize, Deserialize)]
 pub struct ErrorLine {
@@ -257,10 +268,9 @@ fn field(path: &str, message: impl Into<String>) -> InputError {
 
 /// The JSON line of one check of the run `run`.
 pub fn line(o: &Outcome, at: Position, run: &RunIdentity) -> String {
-    let (verdict, reason) = match &o.observed {
-        Observed::Holds => ("holds", None),
-        Observed::Violated => ("violated", None),
-        Observed::Inconclusive(r) => ("inconclusive", Some(r.clone())),
+    let reason = match &o.observed {
+        Observed::Inconclusive(r) => Some(r.clone()),
+        _ => None,
     };
     let expected = expected(&o.expectation);
     let line = Line {
@@ -272,8 +282,9 @@ pub fn line(o: &Outcome, at: Position, run: &RunIdentity) -> String {
         file: o.file.clone(),
         spec_hash: run.spec_hashes.get(&o.file).cloned().unwrap_or_default(),
         point: o.point.to_json(),
-        verdict: verdict.to_string(),
+        verdict: o.observed.word().to_string(),
         inconclusive_reason: reason,
+        incomplete_reason: o.observed.incomplete().map(str::to_string),
         violations: o
             .violations
             .iter()
@@ -285,6 +296,7 @@ pub fn line(o: &Outcome, at: Position, run: &RunIdentity) -> String {
             .collect(),
         expected,
         matches: o.matches,
+        unreached: o.unreached.clone(),
         unique_states: o.unique_states,
         transitions: o.transitions,
         max_depth: o.max_depth,
@@ -334,7 +346,8 @@ pub enum Read {
 /// A check's line read back, with what `kvcc merge` verifies it by.
 pub struct Checked {
     pub at: Position,
-    /// The check, its `matches` recomputed from its verdict and expectation.
+    /// The check, its `matches` and `unreached` recomputed from its verdict and
+    /// expectation.
     pub outcome: Outcome,
     /// The `matches` the line states, which is never used, only compared.
     pub matches_stated: bool,
@@ -404,20 +417,40 @@ pub fn read(text: &str) -> Result<Read, InputError> {
         .map(str::parse::<Shard>)
         .transpose()
         .map_err(|m| field("shard", m))?;
+    if l.verdict != "violated" && l.incomplete_reason.is_some() {
+        return Err(field(
+            "incomplete_reason",
+            format!(
+                "set on a `{}` verdict: only `violated` is incomplete",
+                l.verdict
+            ),
+        ));
+    }
+    if l.verdict != "inconclusive" && l.inconclusive_reason.is_some() {
+        return Err(field(
+            "inconclusive_reason",
+            format!("set on a `{}` verdict", l.verdict),
+        ));
+    }
     let observed = match l.verdict.as_str() {
         "holds" => Observed::Holds,
-        "violated" => Observed::Violated,
+        "violated" => Observed::Violated {
+            incomplete: l.incomplete_reason,
+        },
         "inconclusive" => Observed::Inconclusive(l.inconclusive_reason.unwrap_or_default()),
         other => return Err(field("verdict", format!("unknown verdict `{other}`"))),
     };
     match (&observed, l.violations.is_empty()) {
-        (Observed::Holds, false) => {
-            return Err(field("violations", "a `holds` verdict lists violations"))
-        }
-        (Observed::Violated, true) => {
+        (Observed::Violated { .. }, true) => {
             return Err(field(
                 "violations",
                 "a `violated` verdict lists no violation",
+            ))
+        }
+        (Observed::Holds | Observed::Inconclusive(_), false) => {
+            return Err(field(
+                "violations",
+                format!("a `{}` verdict lists violations", l.verdict),
             ))
         }
         _ => {}
@@ -458,6 +491,7 @@ pub fn read(text: &str) -> Result<Read, InputError> {
         observed,
         violations,
         matches: false,
+        unreached: Vec::new(),
         unique_states: l.unique_states,
         transitions: l.transitions,
         max_depth: l.max_depth,
@@ -466,11 +500,8 @@ pub fn read(text: &str) -> Result<Read, InputError> {
         collision_probability: l.collision_probability,
         traces: l.traces.into_iter().map(PathBuf::from).collect(),
     };
-    outcome.matches = crate::run::matches(
-        &outcome.expectation,
-        &outcome.observed,
-        &outcome.violated_properties(),
-    );
+    // Recomputed, never read: `matches_stated` is only compared.
+    outcome.judge();
     Ok(Read::Check(Box::new(Checked {
         at: Position {
             check: l.check,

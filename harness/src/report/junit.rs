@@ -1,6 +1,8 @@
 //! `kvcc check --junit FILE`: JUnit XML (written by `quick-junit`), one `<testsuite>` per
 //! spec file and one `<testcase>` per check, with the spec's `file` and the `line` of its
-//! expectation; a mismatch is a `<failure>`. An input error (exit 2) is a testcase of its
+//! expectation; a mismatch is a `<failure>` (`type="inconclusive"` when an incomplete run
+//! did not reach an expected property). A run cut after a violation says `incomplete` in
+//! its verdict, in the failure message and in `<system-out>`. An input error (exit 2) is a testcase of its
 //! own with an `<error>`, in a testsuite named after its file, so CI shows why nothing was
 //! checked. Every testsuite has the properties `kvcc_version`, `kvcc_commit` and
 //! `kvcc_dirty` (`true`, `false` or `unknown`): the code that checked it.
@@ -87,10 +89,17 @@ fn testcase(o: &Outcome) -> TestCase {
     let status = if o.matches {
         TestCaseStatus::success()
     } else {
-        let message = format!("expected {}, got {}", o.expectation, o.verdict_text());
+        let mut message = format!("expected {}, got {}", o.expectation, o.verdict_text());
+        // An incomplete run that did not reach an expected property proves no mismatch.
+        let kind = if o.unreached.is_empty() {
+            "mismatch"
+        } else {
+            message += &format!("; {} not reached before the limit", o.unreached.join(", "));
+            "inconclusive"
+        };
         let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
         status
-            .set_type("mismatch")
+            .set_type(kind)
             .set_message(message.clone())
             .set_description(message);
         status

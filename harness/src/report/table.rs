@@ -40,10 +40,20 @@ pub fn render(outcomes: &[&Outcome], width: Option<u16>) -> String {
     for o in outcomes {
         let matched = if o.matches {
             Cell::new("ok").fg(Color::Green)
-        } else {
+        } else if o.unreached.is_empty() {
             Cell::new(format!("MISMATCH: expected {}", o.expectation))
                 .fg(Color::Red)
                 .add_attribute(Attribute::Bold)
+        } else {
+            // An incomplete run that did not reach an expected property: a mismatch it
+            // cannot prove (`run::judge`).
+            Cell::new(format!(
+                "INCONCLUSIVE: expected {}; {} not reached",
+                o.expectation,
+                o.unreached.join(", ")
+            ))
+            .fg(Color::Yellow)
+            .add_attribute(Attribute::Bold)
         };
         table.add_row(vec![
             Cell::new(title(o)),
@@ -127,19 +137,18 @@ fn share(total: u16, floor: [u16; 2], want: [u16; 2]) -> [u16; 2] {
 }
 
 /// The verdict with the violated properties only, in the vocabulary of the expectation
-/// beside it (`violated (eventually-freed, aggregator-drains)`); the violated clauses are
-/// in JSON, JUnit and the traces.
+/// beside it (`violated (eventually-freed, aggregator-drains)`, and `; incomplete: REASON`
+/// when a limit cut the run after them); the violated clauses are in JSON, JUnit and the
+/// traces.
 fn verdict(o: &Outcome) -> String {
     let properties = o.violated_properties().join(", ");
     match &o.observed {
         Observed::Holds => "holds".into(),
-        Observed::Violated => format!("violated ({properties})"),
-        Observed::Inconclusive(reason) if o.violations.is_empty() => {
-            format!("inconclusive ({reason})")
-        }
-        Observed::Inconclusive(reason) => {
-            format!("inconclusive ({reason}; violated so far: {properties})")
-        }
+        Observed::Violated { incomplete: None } => format!("violated ({properties})"),
+        Observed::Violated {
+            incomplete: Some(reason),
+        } => format!("violated ({properties}; incomplete: {reason})"),
+        Observed::Inconclusive(reason) => format!("inconclusive ({reason})"),
     }
 }
 
