@@ -6,7 +6,7 @@
 //! states.
 
 use crate::action::Action;
-use crate::config::FailedStep;
+use crate::config::{Config, Connector, ExpectedCount, FailedStep};
 use crate::offload::StoresDone;
 use crate::state::{
     DecodeCell, HandlePhase, LoadPhase, Metadata, PrefillPhase, SendPhase, StaleStore, State,
@@ -16,6 +16,44 @@ use crate::state::{DecodePhase, Incidents};
 use crate::topology::Topology;
 use kvcc_aggregator::{Aggregator, Direction};
 use std::collections::BTreeMap;
+
+/// Where an aggregator's expected finished count comes from, in vLLM's words (kvcc's
+/// facts call it `E`): `world_size = tp 1 × pp 1 × pcp 2, because the connector's
+/// get_finished_count() returns None`. `value` is the count a countdown was opened with;
+/// None when it is neither the engine's count nor one a worker announced.
+pub fn expected_count_source(config: &Config, prefill: bool, value: u32) -> Option<String> {
+    let t = Topology::new(config);
+    let (base, world) = if prefill {
+        let p = &config.prefill;
+        (
+            t.prefill_expected,
+            format!("tp {} × pp {} × pcp {}", p.tp, p.pp, p.pcp),
+        )
+    } else {
+        (t.decode_expected, format!("D's tp {}", config.decode.tp))
+    };
+    let announced = if prefill { t.prefill_announced } else { None };
+    if value != base {
+        return (announced == Some(value)).then(|| {
+            "announced by a worker output's expected_finished_count, which replaces the count for countdowns opened after it".to_string()
+        });
+    }
+    let pcp = if prefill { config.prefill.pcp } else { 1 };
+    Some(match (config.connector, config.expected_count) {
+        (Connector::MultiOffload, _) => format!(
+            "world_size = {world}, because the MultiConnector's get_finished_count() returns None: its offloading child's does"
+        ),
+        (_, ExpectedCount::WorldSize) => format!(
+            "world_size = {world}, because the connector's get_finished_count() returns None"
+        ),
+        (_, ExpectedCount::WorldSizeOverPcp) => format!(
+            "world_size // pcp_size = ({world}) // {pcp}, what the connector's get_finished_count() returns"
+        ),
+        (_, ExpectedCount::Fixed(_)) => {
+            "what the connector's get_finished_count() returns".to_string()
+        }
+    })
+}
 
 /// One line for an action, as a reviewer would say it.
 pub fn action(t: &Topology, action: &Action) -> String {

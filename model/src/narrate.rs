@@ -318,37 +318,97 @@ pub fn report_words(report: Report, r: RequestId) -> String {
     }
 }
 
-fn fate_words(fate: Fate) -> &'static str {
+/// Where vLLM drops a replicated PCP rank's report when `producer.clear-replicated` is on
+/// (vLLM 0.34.0, `kv_role = "kv_producer"`; docs/contracts.md §12): the worker has added
+/// its synthetic reports, and the connector empties the rank's `finished_sending`.
+pub const REPLICA_CLEAR_SITE: &str =
+    "NixlBaseConnector.get_transfer_results in vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py";
+
+/// The same, short, for a diagram's arrow.
+pub const REPLICA_CLEAR_FUNCTION: &str = "NixlBaseConnector.get_transfer_results";
+
+/// Why the connector's clear drops a replica's report, after the site.
+pub const REPLICA_CLEAR_WHY: &str =
+    "#52779's clear, carried over by #53781: producer.clear-replicated = true";
+
+impl Made {
+    /// A replicated PCP rank's "done sending": synthetic, since it holds a copy of the KV
+    /// that nobody reads (#53903), not a completed transfer.
+    pub fn synthetic(&self, t: &Topology) -> bool {
+        self.report == Report::Sent && t.replica_of[usize::from(self.rank)].is_some()
+    }
+}
+
+/// `P rank 1 (a PCP replica: it holds a copy of P rank 0's KV and sends nothing) makes its
+/// synthetic "done" report`: who makes a synthetic report, and why a rank that sent
+/// nothing reports at all.
+fn replicas_words(t: &Topology, who: &[Rank]) -> String {
+    let mut of: Vec<Rank> = Vec::new();
+    for &k in who {
+        if let Some((_, source)) = t.replica_of[usize::from(k)] {
+            if !of.contains(&source) {
+                of.push(source);
+            }
+        }
+    }
+    if who.len() == 1 {
+        format!(
+            "{} (a PCP replica: it holds a copy of {}'s KV and sends nothing) makes its synthetic \"done\" report",
+            ranks("P", who),
+            ranks("P", &of)
+        )
+    } else {
+        format!(
+            "{} (PCP replicas: they hold copies of the KV of {} and send nothing) make their synthetic \"done\" reports",
+            ranks("P", who),
+            ranks("P", &of)
+        )
+    }
+}
+
+/// What became of `n` reports, after the words that name them.
+fn fate_words(fate: Fate, n: usize) -> String {
+    let them = if n == 1 { "it" } else { "them" };
     match fate {
-        Fate::Reached => "",
-        Fate::Cleared => ", CLEARED by the connector (never reaches the aggregator)",
-        Fate::Dropped => ", LOST with the dropped step",
-        Fate::Raised => ", LOST with the failed step",
+        Fate::Reached => String::new(),
+        Fate::Cleared => format!(
+            ", and the connector DROPS {them} before the aggregator: {REPLICA_CLEAR_SITE} clears a replicated PCP rank's finished_sending ({REPLICA_CLEAR_WHY})"
+        ),
+        Fate::Dropped => ", LOST with the dropped step".into(),
+        Fate::Raised => ", LOST with the failed step".into(),
     }
 }
 
 /// `P ranks 0, 1 report req0 sent, ...`: the reports of a step, the ranks of one report
-/// and fate grouped.
-fn report_lines(side: &str, made: &[Made]) -> Vec<String> {
-    let mut groups: Vec<(RequestId, Report, Fate, Vec<Rank>)> = Vec::new();
+/// and fate grouped; replicas' synthetic reports said as such.
+fn report_lines(t: &Topology, side: &str, made: &[Made]) -> Vec<String> {
+    let mut groups: Vec<(RequestId, Report, Fate, bool, Vec<Rank>)> = Vec::new();
     for m in made {
+        let key = (m.request, m.report, m.fate, m.synthetic(t));
         match groups
             .iter_mut()
-            .find(|(r, report, fate, _)| (*r, *report, *fate) == (m.request, m.report, m.fate))
+            .find(|(r, report, fate, synthetic, _)| (*r, *report, *fate, *synthetic) == key)
         {
-            Some(group) => group.3.push(m.rank),
-            None => groups.push((m.request, m.report, m.fate, vec![m.rank])),
+            Some(group) => group.4.push(m.rank),
+            None => groups.push((key.0, key.1, key.2, key.3, vec![m.rank])),
         }
     }
     groups
         .into_iter()
-        .map(|(r, report, fate, who)| {
+        .map(|(r, report, fate, synthetic, who)| {
+            if synthetic {
+                return format!(
+                    "{} for req{r}, as vLLM's NIXL worker has every replicated PCP rank > 0 do (#53903){}",
+                    replicas_words(t, &who),
+                    fate_words(fate, who.len())
+                );
+            }
             let verb = if who.len() == 1 { "reports" } else { "report" };
             format!(
                 "{} {verb} {}{}",
                 ranks(side, &who),
                 report_words(report, r),
-                fate_words(fate)
+                fate_words(fate, who.len())
             )
         })
         .collect()
@@ -727,7 +787,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
             what.extend(metadata_lines(true, before, after));
             what.extend(prefill_worker_lines(t, before, after));
             what.extend(skipped_lines(t, after));
-            what.extend(report_lines("P", &reports(action, before, after)));
+            what.extend(report_lines(t, "P", &reports(action, before, after)));
             what.extend(outcome_lines(t, "P", before, after));
             if what.is_empty() {
                 what.push("nothing reported".into());
@@ -741,7 +801,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                     .iter()
                     .map(|n| notification_line(n, t, after)),
             );
-            what.extend(report_lines("D", &reports(action, before, after)));
+            what.extend(report_lines(t, "D", &reports(action, before, after)));
             what.extend(outcome_lines(t, "D", before, after));
             if what.is_empty() {
                 what.push("nothing reported".into());
@@ -1017,17 +1077,19 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
             ..
         } => {
             for m in reports(action, before, after) {
-                events.push(report_event(PrefillRank(m.rank), PrefillAggregator, m));
+                events.push(report_event(t, PrefillRank(m.rank), PrefillAggregator, m));
             }
-            let mut label = step_summary(true, before, after);
+            let mut marks = String::new();
             if !stores_done.is_empty() {
-                label += &format!(" [stores done: {}]", describe::stores(&stores_done));
+                marks += &format!(" [stores done: {}]", describe::stores(&stores_done));
             }
             if announces_count {
-                label += " [count announced]";
+                marks += " [count announced]";
             }
-            label += &step_fault_label(action);
-            events.push(message(PrefillAggregator, PrefillScheduler, label, false));
+            marks += &step_fault_label(action);
+            if let Some(label) = step_label(true, before, after, &marks) {
+                events.push(message(PrefillAggregator, PrefillScheduler, label, false));
+            }
         }
         Action::DecodeEngineSteps { .. } => {
             for (d, r, sources, handshake) in posted(t, before, after) {
@@ -1044,11 +1106,11 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
                 events.push(note(DecodeRank(d), words));
             }
             for m in reports(action, before, after) {
-                events.push(report_event(DecodeRank(m.rank), DecodeAggregator, m));
+                events.push(report_event(t, DecodeRank(m.rank), DecodeAggregator, m));
             }
-            let mut label = step_summary(false, before, after);
-            label += &step_fault_label(action);
-            events.push(message(DecodeAggregator, DecodeScheduler, label, false));
+            if let Some(label) = step_label(false, before, after, &step_fault_label(action)) {
+                events.push(message(DecodeAggregator, DecodeScheduler, label, false));
+            }
         }
         Action::ReadCompletes {
             handle, request, ..
@@ -1082,21 +1144,17 @@ fn step_fault_label(action: &Action) -> String {
     label
 }
 
-fn report_event(from: Party, to: Party, m: Made) -> Event {
+fn report_event(t: &Topology, from: Party, to: Party, m: Made) -> Event {
+    let what = if m.synthetic(t) {
+        format!("synthetic done req{} (replica, sent nothing)", m.request)
+    } else {
+        report_words(m.report, m.request)
+    };
     let text = match m.fate {
-        Fate::Reached => report_words(m.report, m.request),
-        Fate::Cleared => format!(
-            "{}, CLEARED by the connector, never aggregated",
-            report_words(m.report, m.request)
-        ),
-        Fate::Dropped => format!(
-            "{}, LOST with the dropped step",
-            report_words(m.report, m.request)
-        ),
-        Fate::Raised => format!(
-            "{}, LOST with the failed step",
-            report_words(m.report, m.request)
-        ),
+        Fate::Reached => what,
+        Fate::Cleared => format!("{what}, DROPPED by {REPLICA_CLEAR_FUNCTION}"),
+        Fate::Dropped => format!("{what}, LOST with the dropped step"),
+        Fate::Raised => format!("{what}, LOST with the failed step"),
     };
     Event {
         from,
@@ -1107,15 +1165,17 @@ fn report_event(from: Party, to: Party, m: Made) -> Event {
 }
 
 /// An engine step's arrow from its aggregator to its scheduler: what was counted,
-/// emitted, freed or woken.
-fn step_summary(prefill: bool, before: &State, after: &State) -> String {
+/// emitted, freed or woken, then `marks` (faults, stores done, a count announced). None
+/// for a step that did none of it: an arrow saying "nothing" is noise on the diagram,
+/// and the steps under it still list the step.
+fn step_label(prefill: bool, before: &State, after: &State, marks: &str) -> Option<String> {
     let mut parts = counted_lines(prefill, before, after);
     parts.extend(scheduler_lines(before, after).into_iter().map(|(_, l)| l));
     parts.extend(incident_line(before, after));
-    if parts.is_empty() {
-        "step: nothing emitted".into()
-    } else {
-        format!("step: {}", parts.join(", "))
+    match (parts.is_empty(), marks.is_empty()) {
+        (true, true) => None,
+        (true, false) => Some(format!("step:{marks}")),
+        (false, _) => Some(format!("step: {}{marks}", parts.join(", "))),
     }
 }
 
@@ -1202,7 +1262,8 @@ mod tests {
             lines[4]
         );
         assert!(
-            lines[4].contains("P rank 1 reports req0 sent, CLEARED by the connector"),
+            lines[4].contains("P rank 1 (a PCP replica: it holds a copy of P rank 0's KV and sends nothing) makes its synthetic \"done\" report for req0")
+                && lines[4].contains("DROPS it before the aggregator: NixlBaseConnector.get_transfer_results"),
             "{}",
             lines[4]
         );

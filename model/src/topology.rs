@@ -56,6 +56,10 @@ pub struct Topology {
     pub notify_only_unrecognised: bool,
     /// Replicated PCP ranks > 0: each one interchangeable with every other.
     pub replicas: Vec<Rank>,
+    /// Per P rank: for a replica, its PCP rank and the transfer rank (PCP rank 0, same TP
+    /// and PP position) whose KV it holds a copy of; traces name a replica's synthetic
+    /// report by them.
+    pub replica_of: Vec<Option<(Rank, Rank)>>,
     pub groups: Vec<TransferGroup>,
     /// `E` of P's aggregator, and the count a P worker may announce later.
     pub prefill_expected: u32,
@@ -180,6 +184,16 @@ impl Topology {
         let replicas = (0..prefill_world)
             .filter(|&r| !transfer[usize::from(r)])
             .collect();
+        let mut replica_of = vec![None; usize::from(prefill_world)];
+        if p.layout == PcpLayout::Replicated {
+            for t in 0..tp {
+                for s in 0..pp {
+                    for c in 1..pcp {
+                        replica_of[usize::from(rank(t, s, c))] = Some((c, rank(t, s, 0)));
+                    }
+                }
+            }
+        }
 
         let count = |formula: ExpectedCount, world: Rank, pcp: Rank| -> u32 {
             match formula {
@@ -213,6 +227,7 @@ impl Topology {
             notify_only,
             notify_only_unrecognised: config.consumer.mla_notify_id == NotifyId::LocalRequestId,
             replicas,
+            replica_of,
             groups,
             prefill_expected,
             prefill_announced,
@@ -279,6 +294,9 @@ mod tests {
         assert_eq!(t.prefill_world, 8);
         assert_eq!(t.transfer.iter().filter(|&&x| x).count(), 2);
         assert_eq!(t.replicas, vec![2, 3, 4, 5, 6, 7]);
+        // Rank 5 is PCP rank 2 at TP rank 1: a copy of P rank 1's KV.
+        assert_eq!(t.replica_of[5], Some((2, 1)));
+        assert_eq!(t.replica_of[1], None);
         assert_eq!(t.handles.len(), 2);
         assert_eq!(t.prefill_expected, 8);
         assert_eq!(t.groups.len(), 2);

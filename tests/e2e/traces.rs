@@ -692,7 +692,8 @@ fn issue11_the_seed_regression_tells_the_prs_story_at_every_point() {
         // The step that drops them says so: the replicas' reports, cleared.
         assert!(
             steps.iter().any(|l| l.contains("P engine step")
-                && l.contains("req0 sent, CLEARED by the connector")),
+                && l.contains("synthetic \"done\" report for req0")
+                && l.contains("DROPS")),
             "{txt}"
         );
         // The diagnosis names the countdown, who reported, whose report the connector
@@ -715,12 +716,12 @@ fn issue11_the_seed_regression_tells_the_prs_story_at_every_point() {
         let replicas: Vec<String> = (tp..tp * pcp).map(|r| r.to_string()).collect();
         let noun = if replicas.len() == 1 { "rank" } else { "ranks" };
         let cleared = format!(
-            "    P {noun} {}: report of req0 CLEARED by the connector at step ",
+            "    P {noun} {}: synthetic \"done\" report of req0 (a PCP replica: it sends nothing) DROPPED at step ",
             replicas.join(", ")
         );
         assert!(diagnosis.contains(&cleared), "{cleared}\n{diagnosis}");
         assert!(
-            diagnosis.contains("no P rank can still make one"),
+            diagnosis.contains("no P rank can still make the missing one"),
             "{diagnosis}"
         );
         let md = read(&path.with_extension("md"));

@@ -175,6 +175,10 @@ struct Open {
     kind: Countdown,
     request: RequestId,
     what: String,
+    /// The obligation in a few words, for the diagram's closing note: `P req0: blocks held`.
+    short: String,
+    /// What never happens while it stays open: `P never frees req0's blocks`.
+    consequence: String,
 }
 
 fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
@@ -213,12 +217,17 @@ fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
                     "{}, until finished_sending req{r} frees it",
                     phase_line(r, true)
                 ),
+                short: format!("P req{r}: blocks held"),
+                consequence: format!(
+                    "finished_sending req{r} is never emitted and P never frees req{r}'s blocks"
+                ),
             });
         }
     } else if clause == clauses::PREFILL_LOAD_NEVER_COMPLETES.clause {
-        let waiting = held(PrefillPhase::LoadingKv).map(|r| (r, "starts"));
-        let aborted = held(PrefillPhase::AbortedLoadingKv).map(|r| (r, "frees"));
-        for (r, then) in waiting.chain(aborted) {
+        let waiting = held(PrefillPhase::LoadingKv).map(|r| (r, "starts", "loading its KV"));
+        let aborted =
+            held(PrefillPhase::AbortedLoadingKv).map(|r| (r, "frees", "aborted, blocks held"));
+        for (r, then, short) in waiting.chain(aborted) {
             open.push(Open {
                 kind: Countdown::Loads,
                 request: r,
@@ -226,21 +235,29 @@ fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
                     "{}, until P's finished_recving req{r} {then} it",
                     phase_line(r, true)
                 ),
+                short: format!("P req{r}: {short}"),
+                consequence: format!(
+                    "P's finished_recving req{r} is never emitted and P never {then} req{r}"
+                ),
             });
         }
     } else if clause == clauses::LOADER_NEVER_WOKEN.clause
         || clause == clauses::ABORTED_LOADER_NEVER_FREED.clause
     {
-        let phase = if clause == clauses::LOADER_NEVER_WOKEN.clause {
-            DecodePhase::Loading
+        let (phase, short, never) = if clause == clauses::LOADER_NEVER_WOKEN.clause {
+            (DecodePhase::Loading, "waits for remote KV", "wakes")
         } else {
-            DecodePhase::AbortedLoading
+            (DecodePhase::AbortedLoading, "aborted, blocks held", "frees")
         };
         for r in waiting(phase) {
             open.push(Open {
                 kind: Countdown::Receives,
                 request: r,
                 what: format!("{}, until finished_recving req{r}", phase_line(r, false)),
+                short: format!("D req{r}: {short}"),
+                consequence: format!(
+                    "finished_recving req{r} is never emitted and D never {never} req{r}"
+                ),
             });
         }
     } else if clause == clauses::COUNTDOWN_LEFT_OPEN.clause {
@@ -248,14 +265,15 @@ fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
             let aggregator = kind.aggregator(end);
             for &r in aggregator.open_ids(kind.direction()) {
                 let since = path.when(|s| kind.aggregator(s).remaining(kind.direction(), &r));
+                let (engine, direction) = (kind.engine(), kind.direction());
                 open.push(Open {
                     kind,
                     request: r,
                     what: format!(
-                        "{} aggregator {} req{r}: open ({since}), never removed",
-                        kind.engine(),
-                        kind.direction()
+                        "{engine} aggregator {direction} req{r}: open ({since}), never removed"
                     ),
+                    short: format!("{engine} aggregator {direction} req{r}: open"),
+                    consequence: format!("the entry stays in {engine}'s aggregator for good"),
                 });
             }
         }
@@ -263,12 +281,16 @@ fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
         for kind in [Countdown::Loads, Countdown::Receives] {
             for &r in kind.aggregator(end).pending_failed() {
                 let since = path.when(|s| kind.aggregator(s).pending_failed().contains(&r));
+                let engine = kind.engine();
                 open.push(Open {
                     kind,
                     request: r,
                     what: format!(
-                        "{} aggregator failed_recving req{r}: held back ({since}) until its finished_recving completes",
-                        kind.engine()
+                        "{engine} aggregator failed_recving req{r}: held back ({since}) until its finished_recving completes"
+                    ),
+                    short: format!("{engine} aggregator failed_recving req{r}: held back"),
+                    consequence: format!(
+                        "the failure stays held back in {engine}'s aggregator for good"
                     ),
                 });
             }
@@ -306,31 +328,83 @@ fn liveness(path: &Path, clause: &str) -> Vec<String> {
     lines
 }
 
-/// The countdown an obligation waits for: reports arrived of E, each rank's part, and
-/// why the rest never come.
-fn countdown(path: &Path, open: &Open) -> Vec<String> {
+/// How far an obligation's countdown got: (reports that reached the aggregator, reports
+/// it needs).
+fn tally(path: &Path, open: &Open) -> (usize, usize) {
     let end = path.last();
     let (kind, r) = (open.kind, open.request);
     let aggregator = kind.aggregator(end);
     let counted = path.reached(r, kind);
     let remaining = aggregator.remaining(kind.direction(), &r);
     let expected = remaining.map_or(aggregator.expected() as usize, |k| counted + k as usize);
+    (counted, expected)
+}
+
+/// The open obligations where a liveness counterexample ends, each in a few words with
+/// its countdown (`P req0: blocks held, finished_sending 1 of 2 reports`): the diagram's
+/// closing note. Empty for a safety counterexample.
+pub fn stuck(model: &ContractModel, counterexample: &Counterexample<ContractModel>) -> Vec<String> {
+    if counterexample.kind != Kind::Liveness {
+        return Vec::new();
+    }
+    let path = Path::new(model, counterexample, &[]);
+    let clause = clauses::CLAUSES[counterexample.clause].clause;
+    open_obligations(&path, clause)
+        .iter()
+        .map(|open| {
+            let (counted, expected) = tally(&path, open);
+            format!(
+                "{}, {} {counted} of {expected} reports",
+                open.short,
+                open.kind.direction()
+            )
+        })
+        .collect()
+}
+
+/// The countdown an obligation waits for: reports arrived of the expected finished count
+/// (and where that count comes from), each rank's part, and why the rest never come.
+fn countdown(path: &Path, open: &Open) -> Vec<String> {
+    let end = path.last();
+    let (kind, r) = (open.kind, open.request);
+    let (counted, expected) = tally(path, open);
     let engine = kind.engine();
-    let mut lines = vec![format!(
-        "{engine} countdown for req{r} ({}): {counted} of {expected} reports",
-        kind.direction()
-    )];
+    let direction = kind.direction();
+    let mut head =
+        format!("{engine} countdown for req{r} ({direction}): {counted} of {expected} reports");
+    let prefill = engine == "P";
+    if let Some(source) =
+        describe::expected_count_source(&path.model.config, prefill, expected as u32)
+    {
+        head += &format!("; {expected} is {engine}'s expected finished count: {source}");
+    }
+    let mut lines = vec![head];
     let mut may_still: Vec<Rank> = Vec::new();
-    // Each rank's part; ranks whose part reads the same share a line.
+    // Each rank's part; ranks whose part reads the same share a line. Those whose report
+    // never reached the aggregator and never will, with why in a few words.
     let mut parts: Vec<(Vec<Rank>, String)> = Vec::new();
+    let mut lacking: Vec<(Vec<Rank>, String)> = Vec::new();
     for rank in 0..kind.ranks(end) {
-        let (part, still) = match path.report_of(rank, r, kind) {
-            Some((step, made)) => (made_line(made, step), false),
+        let made = path.report_of(rank, r, kind);
+        let (part, still) = match made {
+            Some((step, made)) => (made_line(path, made, step), false),
             None => waiting_line(path, kind, rank, r),
         };
-        match parts.iter_mut().find(|(_, p)| *p == part) {
-            Some((ranks, _)) => ranks.push(rank),
-            None => parts.push((vec![rank], part)),
+        let gone = match made {
+            Some((_, m)) if m.fate == Fate::Reached => None,
+            Some((step, m)) => Some(lost_reason(path, m, step)),
+            None if still => None,
+            None if kind == Countdown::Sends => {
+                Some(send_blockers(path, rank, r).unwrap_or_else(|| gist(&part)))
+            }
+            None => Some(gist(&part)),
+        };
+        for (list, text) in [(&mut parts, Some(part)), (&mut lacking, gone)] {
+            let Some(text) = text else { continue };
+            match list.iter_mut().find(|(_, p)| *p == text) {
+                Some((ranks, _)) => ranks.push(rank),
+                None => list.push((vec![rank], text)),
+            }
         }
         if still {
             may_still.push(rank);
@@ -340,27 +414,133 @@ fn countdown(path: &Path, open: &Open) -> Vec<String> {
         lines.push(format!("{}: {part}", ranks_words(engine, &ranks)));
     }
     let missing = expected.saturating_sub(counted);
-    let plural = |n: usize| if n == 1 { "report" } else { "reports" };
-    let why = if may_still.len() < missing {
+    let needs = format!("{direction} req{r} needs {expected} reports and has {counted}");
+    let why = if missing == 0 {
+        format!("{needs}, all it needs, yet it has not completed")
+    } else if may_still.len() < missing {
         let who = if may_still.is_empty() {
-            format!("no {engine} rank can still make one")
+            format!(
+                "no {engine} rank can still make the missing {}",
+                plural(missing, "one", "ones")
+            )
         } else {
-            format!("only {} can still report", ranks_words(engine, &may_still))
+            format!(
+                "only {} can still report, {} short",
+                ranks_words(engine, &may_still),
+                missing - may_still.len()
+            )
         };
-        format!(
-            "{who} (each rank above has reported, never reports, or waits for what can no longer come), so the countdown never reaches {expected}"
-        )
+        let reasons: Vec<String> = lacking
+            .iter()
+            .map(|(ranks, reason)| format!("{} {reason}", ranks_words(engine, ranks)))
+            .collect();
+        format!("{needs}; {who}: {}", reasons.join("; "))
     } else {
         format!(
-            "{} could still report, but only after a step no run has to take (see `stuck`)",
+            "{needs}; {} could still report, but only after a step no run has to take (see `stuck`)",
             ranks_words(engine, &may_still)
         )
     };
-    lines.push(format!(
-        "why: {missing} more {} needed; {why}",
-        plural(missing)
-    ));
+    lines.push(format!("why: {why} — so {}", open.consequence));
     lines
+}
+
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// A rank's part for the `why` line: without the steps since which each thing holds,
+/// which its own line gives.
+fn gist(part: &str) -> String {
+    let mut out = part.to_string();
+    while let Some(at) = out
+        .find(" (since step ")
+        .or_else(|| out.find(" (from the start)"))
+    {
+        let end = out[at..].find(')').map_or(out.len(), |e| at + e + 1);
+        out.replace_range(at..end, "");
+    }
+    out
+}
+
+/// What keeps a transfer rank from reporting `r`, in a few words: `waits for D's
+/// notification of req0 (0 of 1), but D rank 0's was LOST at step 5 [FAULT], and no lease
+/// reports it instead`. None for a rank not waiting for D.
+fn send_blockers(path: &Path, rank: Rank, r: RequestId) -> Option<String> {
+    let end = path.last();
+    let t = end.topology();
+    let cell = end.prefill_cell(rank, r);
+    if !t.is_transfer(rank) || !matches!(cell.send, SendPhase::ToSend | SendPhase::InBatch) {
+        return None;
+    }
+    let mut blockers = Vec::new();
+    for h in t.handles_reading(rank) {
+        let d = t.handles[h].decoder;
+        match end.handle(h, r) {
+            HandlePhase::Done => match lost_notification(path, h, r) {
+                Some(step) => blockers.push(format!(
+                    "D rank {d}'s notification was LOST at step {step} [FAULT]"
+                )),
+                None => blockers.push(format!("D rank {d} read it and notifies no more")),
+            },
+            HandlePhase::Failed => blockers.push(format!("D rank {d}'s read failed")),
+            HandlePhase::NotPosted => {
+                if let Some(why) = never_read(path, r) {
+                    let why = why.trim_start_matches(", and never will");
+                    blockers.push(format!("D rank {d} never reads it{why}"));
+                }
+            }
+            HandlePhase::Handshaking | HandlePhase::Reading => {}
+        }
+    }
+    for plan in t.notify_only.iter().filter(|p| p.source == rank) {
+        let settled = !matches!(
+            end.decode_cell(plan.decoder, r),
+            DecodeCell::Idle | DecodeCell::Loading
+        );
+        if settled {
+            blockers.push(format!(
+                "D rank {} never sends the notify-only message it owes",
+                plan.decoder
+            ));
+        }
+    }
+    let mut line = format!(
+        "waits for D's notifications of req{r} ({} of {})",
+        cell.notifications,
+        t.expected_consumers[usize::from(rank)]
+    );
+    if !blockers.is_empty() {
+        line += &format!(", but {}", blockers.join(", and "));
+    }
+    if !t.leases {
+        line += ", and no lease reports it instead";
+    }
+    Some(line)
+}
+
+/// Why a report that was made never counted, in a few words.
+fn lost_reason(path: &Path, made: Made, step: usize) -> String {
+    let r = made.request;
+    match made.fate {
+        Fate::Reached => format!("reported req{r} at step {step}"),
+        Fate::Cleared if made.synthetic(path.model.topology) => format!(
+            "made its synthetic report of req{r} at step {step}, which the connector dropped, and a replica reports a request only once"
+        ),
+        Fate::Cleared => format!(
+            "reported req{r} at step {step}, which the connector cleared, and a rank reports a request only once"
+        ),
+        Fate::Dropped => format!(
+            "reported req{r} in step {step}, which the executor dropped, and workers do not resend"
+        ),
+        Fate::Raised => format!(
+            "reported req{r} in step {step}, which a raising worker failed, and the retry did not resend it"
+        ),
+    }
 }
 
 fn ranks_words(engine: &str, ranks: &[Rank]) -> String {
@@ -369,10 +549,19 @@ fn ranks_words(engine: &str, ranks: &[Rank]) -> String {
     format!("{engine} {noun} {}", list.join(", "))
 }
 
-fn made_line(made: Made, step: usize) -> String {
+fn made_line(path: &Path, made: Made, step: usize) -> String {
     let r = made.request;
+    let synthetic = made.synthetic(path.model.topology);
     match made.fate {
+        Fate::Reached if synthetic => format!(
+            "synthetic \"done\" report of req{r} made at step {step} (a PCP replica: it sends nothing)"
+        ),
         Fate::Reached => format!("reported req{r} at step {step}"),
+        Fate::Cleared if synthetic => format!(
+            "synthetic \"done\" report of req{r} (a PCP replica: it sends nothing) DROPPED at step {step} by {} ({}), never reached the aggregator",
+            narrate::REPLICA_CLEAR_SITE,
+            narrate::REPLICA_CLEAR_WHY
+        ),
         Fate::Cleared => {
             format!("report of req{r} CLEARED by the connector at step {step}, never reached the aggregator")
         }
@@ -1090,11 +1279,16 @@ fn breach_history(path: &Path, r: RequestId) -> Vec<String> {
         } else {
             path.decode_line(r)
         },
-        format!(
-            "{engine} aggregator E = {} ({})",
-            expected(end),
-            path.when(expected)
-        ),
+        {
+            let count = expected(end);
+            let source = describe::expected_count_source(&path.model.config, prefill, count)
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default();
+            format!(
+                "{engine} aggregator's expected finished count = {count} ({}){source}",
+                path.when(expected)
+            )
+        },
     ];
     let reports = path
         .reports

@@ -28,6 +28,7 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     let kind = format!("{:?}", trace.kind).to_lowercase();
     let _ = writeln!(out, "| clause | `{}` ({kind}) |", trace.clause_name());
     let _ = writeln!(out, "| cost | {} |", trace.cost_line());
+    let _ = writeln!(out, "| E | {} |", trace.counts_line().replace('|', "\\|"));
     let _ = writeln!(out, "| kvcc | {} |\n", crate::VERSION);
     let _ = writeln!(out, "```mermaid\n{}```\n", diagram(trace));
     let _ = writeln!(out, "<details><summary>Initial state</summary>\n");
@@ -74,11 +75,17 @@ pub fn render(trace: &Trace, replay: &str) -> String {
 /// ([`narrate::events`]), a lost one (cleared, dropped, ignored) as `-x` from the party
 /// that sent it, and the point of no return as a note.
 pub fn diagram(trace: &Trace) -> String {
+    // The closing note names what is stuck (`P req0: blocks held, finished_sending 1 of 2
+    // reports`), not only the clause.
+    let mut violated = format!("VIOLATED {}", trace.clause_name());
+    if !trace.stuck.is_empty() {
+        violated += &format!(" — {}", trace.stuck.join(" and "));
+    }
     sequence(
         (trace.prefill_ranks, trace.decode_ranks),
         &trace.steps,
         trace.point_of_no_return,
-        Some(&format!("VIOLATED {}", trace.clause_name())),
+        Some(&violated),
     )
 }
 

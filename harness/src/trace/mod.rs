@@ -94,6 +94,13 @@ pub struct Trace {
     pub choice: Choice,
     /// What the violation is made of ([`diagnosis`]).
     pub diagnosis: Vec<String>,
+    /// The obligations a liveness counterexample leaves open, each in a few words with its
+    /// countdown ([`diagnosis::stuck`]); empty for safety.
+    pub stuck: Vec<String>,
+    /// Each aggregator's expected finished count (kvcc's facts call it `E`) and where vLLM
+    /// gets it: `P 2 = world_size = ..., because the connector's get_finished_count()
+    /// returns None`.
+    pub counts: Vec<String>,
     /// The step after which no continuation keeps the clause (0: the initial state).
     pub point_of_no_return: Option<usize>,
     pub prefill_ranks: u16,
@@ -119,6 +126,19 @@ impl Trace {
         }
         let initial = describe::facts(&counterexample.initial);
         let diagnosis = diagnosis::diagnose(model, counterexample, &steps);
+        let stuck = diagnosis::stuck(model, counterexample);
+        let counts = [
+            ("P", true, model.topology.prefill_expected),
+            ("D", false, model.topology.decode_expected),
+        ]
+        .into_iter()
+        .map(|(engine, prefill, count)| {
+            let source = describe::expected_count_source(&model.config, prefill, count)
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default();
+            format!("{engine} {count}{source}")
+        })
+        .collect();
         let t = &model.topology;
         let explore: Vec<String> = ["kvcc".into(), "explore".into(), spec.file.clone()]
             .into_iter()
@@ -141,6 +161,8 @@ impl Trace {
             initial_values: describe::values(&counterexample.initial),
             steps,
             diagnosis,
+            stuck,
+            counts,
             point_of_no_return: counterexample.point_of_no_return,
             cost: counterexample.cost,
             choice: counterexample.choice,
@@ -164,6 +186,12 @@ impl Trace {
         parts.push(sanitize(&self.property));
         parts.push(sanitize(&self.clause));
         parts.join("__")
+    }
+
+    /// The facts' `E`, in vLLM's words: `vLLM's expected finished count: P 2 (world_size =
+    /// ...), D 1 (...)`.
+    pub fn counts_line(&self) -> String {
+        format!("vLLM's expected finished count: {}", self.counts.join(", "))
     }
 
     /// `0 faults, 0 expiries, 6 steps (the fewest faults, then expiries, then steps)`.

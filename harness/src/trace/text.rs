@@ -23,6 +23,7 @@ pub fn render(trace: &Trace, replay: &str) -> String {
     let _ = writeln!(out, "clause:   {} ({kind})", trace.clause_name());
     let _ = writeln!(out, "meaning:  {}", trace.meaning);
     let _ = writeln!(out, "cost:     {}", trace.cost_line());
+    let _ = writeln!(out, "E:        {}", trace.counts_line());
     let _ = writeln!(out);
     let _ = writeln!(out, "0. initial state");
     for (name, value) in &trace.initial {
