@@ -179,9 +179,13 @@ pub fn svg(mermaid: &str, current: Option<usize>) -> String {
                     escape(text)
                 );
             }
-            Row::Note { first, last, .. } => {
+            Row::Note {
+                first, last, text, ..
+            } => {
                 let left = centre(*first) - LANE / 2 + 6;
-                let right = centre(*last) + LANE / 2 - 6;
+                // A note is as wide as its lanes, or as its text where that is wider.
+                let text_width = text.chars().count() * 6 + 8;
+                let right = (centre(*last) + LANE / 2 - 6).max(left + text_width);
                 let _ = write!(
                     out,
                     "<rect class=\"note\" x=\"{left}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"2\"/><text class=\"label\" x=\"{}\" y=\"{}\">{}</text>",
