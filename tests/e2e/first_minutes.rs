@@ -84,11 +84,31 @@ fn issue26_help_examples_name_the_traces_check_writes() {
     for (help, command) in [(&top, "replay"), (&replay, "replay"), (&confirm, "confirm")] {
         let file = example(help, command)[0].clone();
         let name = file.strip_prefix("traces/").unwrap_or(&file);
-        if name.contains('<') || name.starts_with("TRACE") {
+        if name.starts_with("<name>") || name.starts_with("TRACE") {
             continue;
         }
+        // `<point>` and `<clause>` stand for one field of a trace's name each (a full
+        // name is too long for a man page's line); the rest must be a real name's.
+        let fields: Vec<&str> = name.split("__").collect();
+        let written = std::fs::read_dir(&traces)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|real| {
+                let real: Vec<&str> = real.split("__").collect();
+                real.len() == fields.len()
+                    && real
+                        .iter()
+                        .zip(&fields)
+                        .all(|(r, f)| match f.split_once('>') {
+                            Some((_, rest)) if f.starts_with('<') => {
+                                r.len() > rest.len() && r.ends_with(rest)
+                            }
+                            _ => r == f,
+                        })
+            })
+            .count();
         assert!(
-            traces.join(name).is_file(),
+            written > 0,
             "kvcc {command} --help names {file}, which `{check_line}` does not write"
         );
     }

@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 #[command(after_help = "\
 Examples:
   kvcc check specs/pr59325-regression.toml --all-traces --trace-dir traces
-  kvcc confirm traces/pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=true__eventually-freed__delay-freed-request-never-freed.itf.json
+  kvcc confirm traces/pr59325-regression__<point>__eventually-freed__<clause>.itf.json
   kvcc confirm TRACE.itf.json --spec specs/pr59325-fix.toml     # the same steps with the fix's reports
   kvcc simulate specs/pr59325-fix.toml --runs 100 --out sim && kvcc confirm sim/run-*")]
 pub struct Args {

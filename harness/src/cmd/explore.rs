@@ -27,7 +27,7 @@ use std::io::Write;
 Examples:
   kvcc explore specs/pr59325-regression.toml
   kvcc explore specs/pr59325-regression.toml --point prefill.pcp=4 --addr 127.0.0.1:8080
-  kvcc explore --trace traces/pr59325-regression__eventually-freed__delay-freed-request-never-freed.itf.json")]
+  kvcc explore --trace traces/pr59325-regression__<point>__eventually-freed__<clause>.itf.json")]
 pub struct Args {
     /// The spec file (with --trace: instead of the one the trace names).
     #[arg(value_name = "SPEC", required_unless_present = "trace")]

@@ -20,7 +20,7 @@ const EXAMPLES: &str = "\
 Examples:
   kvcc check                                   check every spec under specs/
   kvcc check specs/pr59325-regression.toml --all-traces --trace-dir traces
-  kvcc replay traces/pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=true__eventually-freed__delay-freed-request-never-freed.itf.json
+  kvcc replay traces/pr59325-regression__<point>__eventually-freed__<clause>.itf.json
   kvcc explore specs/pr59325-regression.toml --point prefill.pcp=4
   kvcc schema > kvcc-spec.schema.json
   kvcc simulate specs/pr59325-fix.toml --seed 1 --runs 20 --out runs

@@ -15,7 +15,7 @@ use crate::Exit;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  kvcc replay traces/pr59325-regression__prefill.pcp=2,prefill.tp=1,decode.tp=1,producer.lease=true__eventually-freed__delay-freed-request-never-freed.itf.json
+  kvcc replay traces/pr59325-regression__<point>__eventually-freed__<clause>.itf.json
   kvcc replay trace.itf.json --spec specs/pr59325-fix.toml     # does the fix remove it?")]
 pub struct Args {
     /// The trace file (`*.itf.json`).
