@@ -692,7 +692,8 @@ fn issue11_the_seed_regression_tells_the_prs_story_at_every_point() {
         // The step that drops them says so: the replicas' reports, cleared.
         assert!(
             steps.iter().any(|l| l.contains("P engine step")
-                && l.contains("synthetic \"done\" report for req0")
+                && l.contains("synthetic \"done\" report")
+                && l.contains("for req0")
                 && l.contains("DROPS")),
             "{txt}"
         );
@@ -942,10 +943,14 @@ fn issue11_diagnoses_name_both_sides_and_lost_reports() {
         "{lost}"
     );
     let md = read(&stem.with_extension("md"));
-    for rank in 0..2 {
+    // Rank 1 is a PCP replica: its lost report is the synthetic one it makes.
+    for (rank, report) in [
+        (0, "req0 sent"),
+        (1, "synthetic done req0 (replica, sent nothing)"),
+    ] {
         assert!(
             md.contains(&format!(
-                "    Prank{rank}-xPagg: 8. req0 sent, LOST with the dropped step"
+                "    Prank{rank}-xPagg: 8. {report}, LOST with the dropped step"
             )),
             "{md}"
         );

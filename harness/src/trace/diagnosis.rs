@@ -529,7 +529,7 @@ fn lost_reason(path: &Path, made: Made, step: usize) -> String {
     match made.fate {
         Fate::Reached => format!("reported req{r} at step {step}"),
         Fate::Cleared if made.synthetic(path.model.topology) => format!(
-            "made its synthetic report of req{r} at step {step}, which the connector dropped, and a replica reports a request only once"
+            "made a synthetic report of req{r} at step {step}, which the connector dropped, and a replica reports a request only once"
         ),
         Fate::Cleared => format!(
             "reported req{r} at step {step}, which the connector cleared, and a rank reports a request only once"
