@@ -298,6 +298,10 @@ enum Shows {
     /// vLLM's scheduler raises an AssertionError where the model's scheduler skips a
     /// completion, having logged nothing the model does not.
     AssertionWhereSkipped,
+    /// The model frees a request whose stale final output finished it with no blocks;
+    /// vLLM drops that output and keeps the request: the model's extra events are frees
+    /// only, and vLLM logs nothing the model does not.
+    FreedWhereKept,
 }
 
 impl std::fmt::Display for Departure {
@@ -313,7 +317,7 @@ impl std::fmt::Display for Departure {
 /// The spec's departures from vLLM 0.34's scheduler, among the behaviours a played run
 /// reaches (aborts and completions; the pool's admission is not played).
 pub fn departures(config: &kvcc_model::Config) -> Vec<Departure> {
-    use kvcc_model::config::{AbortFinished, AbortLoading, UnknownCompletion};
+    use kvcc_model::config::{AbortFinished, AbortLoading, FinalStepPreemption, UnknownCompletion};
     let s = &config.scheduler;
     let mut found = Vec::new();
     if s.abort_loading == AbortLoading::FreeAtOnce {
@@ -332,6 +336,15 @@ pub fn departures(config: &kvcc_model::Config) -> Vec<Departure> {
             vllm: "an abort skips a finished request whose free is delayed (finish_requests)",
             engine: "prefill",
             shows: Shows::FreedAtAbort,
+        });
+    }
+    if s.final_step_preemption == FinalStepPreemption::FinishesEmpty {
+        found.push(Departure {
+            knob: "scheduler.final-step-preemption",
+            value: "finishes-empty",
+            vllm: "a preempted request's stale final output is dropped and the request waits to be prefilled again (#50297, update_from_output)",
+            engine: "prefill",
+            shows: Shows::FreedWhereKept,
         });
     }
     if s.unknown_completion == UnknownCompletion::Drop {
@@ -374,6 +387,14 @@ impl Departure {
                         })
                     })
                     && parting.vllm.iter().all(|e| parting.model.contains(e))
+            }
+            Shows::FreedWhereKept => {
+                parting.vllm.iter().all(|e| parting.model.contains(e))
+                    && parting
+                        .model
+                        .iter()
+                        .filter(|e| !parting.vllm.contains(e))
+                        .all(|e| e.starts_with("freed "))
             }
             // vLLM's step stops at the exception: what the model logs after it in that
             // step never happens there.

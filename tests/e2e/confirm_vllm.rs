@@ -337,3 +337,50 @@ fn issue25_a_completion_for_a_forgotten_request_kills_vllm_as_the_model_says() {
         );
     }
 }
+
+/// vLLM #50297: a request preempted in its final step. The spec's `finishes-empty` point
+/// states the behaviour before the fix, whose stale output finishes the request with no
+/// blocks, and the model frees it there; vLLM 0.34.0 has the fix and keeps the request,
+/// so those runs part as a stated departure, never unexplained. The fixed point (current
+/// vLLM's) departs nowhere.
+#[test]
+fn issue25_a_final_step_preemption_before_50297_departs_from_vllm_and_the_fix_agrees() {
+    if !vllm_available() {
+        return;
+    }
+    let spec = root()
+        .join("specs/prefill-final-step-preemption.toml")
+        .display()
+        .to_string();
+    for (point, departs) in [("finishes-empty", true), ("drops-stale-output", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let out_dir = dir.path().join("sim").display().to_string();
+        let point = format!("scheduler.final-step-preemption={point}");
+        let (code, _, err) = run(&[
+            "simulate",
+            &spec,
+            "--point",
+            &point,
+            "--point",
+            "requests=2",
+            "--seed",
+            "25",
+            "--runs",
+            "10",
+            "--out",
+            &out_dir,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let runs: Vec<String> = (0..10).map(|i| format!("{out_dir}/run-{i:04}")).collect();
+        let mut args = vec!["confirm"];
+        args.extend(runs.iter().map(String::as_str));
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{point}: {out}{err}");
+        assert!(out.contains(", 0 part unexplained"), "{point}: {out}");
+        let departed = out
+            .lines()
+            .filter(|l| l.contains("scheduler.final-step-preemption = \"finishes-empty\""))
+            .count();
+        assert_eq!(departed > 0, departs, "{point}: {out}");
+    }
+}
