@@ -18,7 +18,9 @@
 //!   acyclic; liveness clauses are then sound to check where runs may end: states where
 //!   no action that fairness forces is enabled (only faults, or nothing). A transition
 //!   that does not grow the measure makes liveness *unproven* — reported, never ignored;
-//! - any limit (states, depth, time) that cuts the search makes the verdict inconclusive;
+//! - any limit (states, depth, time) that cuts the search keeps it from holding: the
+//!   report carries the limit and the violations found before it (each replay-verified),
+//!   which the harness reports as violated, incomplete, or else inconclusive;
 //! - counterexamples are replayed from the initial state through `next_state` and the
 //!   clause is re-checked on the final state before they are returned ([`replay`]).
 
