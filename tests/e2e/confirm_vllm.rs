@@ -180,15 +180,19 @@ fn issue25_a_spec_departing_from_vllms_scheduler_parts_only_where_it_departs() {
 /// returns the run directories and (exit code, stdout, stderr) of `kvcc confirm`.
 fn simulate_and_confirm(
     spec: &std::path::Path,
+    points: &[&str],
     dir: &std::path::Path,
     runs: usize,
 ) -> (Vec<String>, (i32, String, String)) {
     let sim = dir.join("sim").display().to_string();
     let spec = spec.display().to_string();
     let count = runs.to_string();
-    let (code, _, err) = run(&[
-        "simulate", &spec, "--seed", "25", "--runs", &count, "--out", &sim,
-    ]);
+    let mut simulate = vec!["simulate", spec.as_str()];
+    for point in points {
+        simulate.extend(["--point", point]);
+    }
+    simulate.extend(["--seed", "25", "--runs", &count, "--out", &sim]);
+    let (code, _, err) = run(&simulate);
     assert_eq!(code, 0, "{err}");
     let dirs: Vec<String> = (0..runs).map(|i| format!("{sim}/run-{i:04}")).collect();
     let mut args = vec!["confirm"];
@@ -235,7 +239,7 @@ fn kv_both_prefill_load_agrees_with_vllm_and_a_wake_up_vllm_did_not_do_parts() {
         text.replace("\nclient-abort = true\n", "\nclient-abort = false\n"),
     )
     .unwrap();
-    let (runs, (code, out, err)) = simulate_and_confirm(&spec, dir.path(), 10);
+    let (runs, (code, out, err)) = simulate_and_confirm(&spec, &[], dir.path(), 10);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("10 runs played into vLLM 0.34.0"), "{out}");
     assert!(out.contains(": 10 agree, 0 part where"), "{out}");
@@ -278,7 +282,7 @@ fn kv_both_abort_while_prefill_loads_frees_it_after_the_load_as_vllm_does() {
     }
     let dir = tempfile::tempdir().unwrap();
     let spec = root().join("specs/kv-both-one-count-fix.toml");
-    let (runs, (code, out, err)) = simulate_and_confirm(&spec, dir.path(), 10);
+    let (runs, (code, out, err)) = simulate_and_confirm(&spec, &[], dir.path(), 10);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(", 0 part unexplained"), "{out}");
     let aborted_loading = runs
@@ -348,33 +352,12 @@ fn issue25_a_final_step_preemption_before_50297_departs_from_vllm_and_the_fix_ag
     if !vllm_available() {
         return;
     }
-    let spec = root()
-        .join("specs/prefill-final-step-preemption.toml")
-        .display()
-        .to_string();
+    let spec = root().join("specs/prefill-final-step-preemption.toml");
     for (point, departs) in [("finishes-empty", true), ("drops-stale-output", false)] {
         let dir = tempfile::tempdir().unwrap();
-        let out_dir = dir.path().join("sim").display().to_string();
         let point = format!("scheduler.final-step-preemption={point}");
-        let (code, _, err) = run(&[
-            "simulate",
-            &spec,
-            "--point",
-            &point,
-            "--point",
-            "requests=2",
-            "--seed",
-            "25",
-            "--runs",
-            "10",
-            "--out",
-            &out_dir,
-        ]);
-        assert_eq!(code, 0, "{err}");
-        let runs: Vec<String> = (0..10).map(|i| format!("{out_dir}/run-{i:04}")).collect();
-        let mut args = vec!["confirm"];
-        args.extend(runs.iter().map(String::as_str));
-        let (code, out, err) = run(&args);
+        let (_, (code, out, err)) =
+            simulate_and_confirm(&spec, &[&point, "requests=2"], dir.path(), 10);
         assert_eq!(code, 0, "{point}: {out}{err}");
         assert!(out.contains(", 0 part unexplained"), "{point}: {out}");
         let departed = out
