@@ -2,32 +2,40 @@
 //! which faults may happen. Spec files deserialize straight into [`Config`]; every field
 //! is named after the vLLM behaviour it selects (docs/contracts.md §2–§9).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The most requests a model tracks at once. Requests are independent except through the
 /// shared aggregators and engine steps, which is where the interesting interleavings are.
 pub const MAX_REQUESTS: usize = 3;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The most ranks of one kind (TP, PP, PCP, DCP) a model tracks on an engine.
+pub const MAX_RANKS: u16 = 16;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {
     pub prefill: Prefill,
     pub decode: Decode,
-    /// Requests in flight (1–3).
+    /// Requests in flight.
+    #[schemars(range(min = 1, max = MAX_REQUESTS))]
     pub requests: u8,
     /// vLLM's `max_concurrent_batches`: with 2 (async scheduling or PP) a worker learns of
     /// a request finished in step k only at step k+1. Default 2: vLLM 0.34.0 turns async
     /// scheduling on unless something is incompatible (config/vllm.py,
     /// `VllmConfig.__post_init__`), and `max_concurrent_batches` is then pp + 1.
     #[serde(default = "two")]
+    #[schemars(range(min = 1, max = 2))]
     pub max_concurrent_batches: u8,
     /// What the connector's `get_finished_count()` returns; `E` of both aggregators.
     pub expected_count: ExpectedCount,
     /// A count a worker output announces later (`expected_finished_count`), if any.
     #[serde(default)]
     pub announced_count: Option<ExpectedCount>,
+    /// The aggregator policy: vLLM's countdown, or kvcc's strict one.
     #[serde(default)]
     pub policy: AggregatorPolicy,
+    /// Which KV connector moves the KV.
     #[serde(default)]
     pub connector: Connector,
     /// Which side moves the KV.
@@ -49,7 +57,7 @@ pub struct Config {
 /// the messages and what their receivers do in each state: docs/contracts.md §11,
 /// [`crate::message`]). Off by default: vLLM's transports deliver these messages once
 /// and promptly enough for the orders the model already explores.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Delivery {
     /// D's notification to the P rank it read ("request_id:expected_consumers", sent by
@@ -57,6 +65,7 @@ pub struct Delivery {
     /// travels as an event of its own, so P's lease, its reaper and its reports may all
     /// move on before it arrives; `duplicated`: a read's notification arrives twice;
     /// `lost`: it never arrives (also spelled `faults.lost-notification`).
+    #[schemars(extend("uniqueItems" = true))]
     pub notification: Vec<crate::message::Delivery>,
 }
 
@@ -65,19 +74,28 @@ fn two() -> u8 {
 }
 
 /// The prefill instance P.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Prefill {
+    /// Tensor parallelism (required).
+    #[schemars(range(min = 1, max = MAX_RANKS))]
     pub tp: u16,
+    /// Pipeline parallelism.
     #[serde(default = "one_u16")]
+    #[schemars(range(min = 1, max = MAX_RANKS))]
     pub pp: u16,
+    /// Prefill context parallelism.
     #[serde(default = "one_u16")]
+    #[schemars(range(min = 1, max = MAX_RANKS))]
     pub pcp: u16,
-    /// Decode context parallelism, carved out of TP.
+    /// Decode context parallelism, carved out of TP (must divide tp).
     #[serde(default = "one_u16")]
+    #[schemars(range(min = 1, max = MAX_RANKS))]
     pub dcp: u16,
+    /// How PCP ranks hold the KV.
     #[serde(default)]
     pub layout: PcpLayout,
+    /// How the KV heads spread across TP.
     #[serde(default)]
     pub attention: Attention,
     /// P also loads KV before prefilling (a `kv_both` role, or the offloading child's CPU
@@ -92,7 +110,7 @@ pub struct Prefill {
 
 /// What a worker outside the last pipeline stage returns from a step when a KV connector
 /// is configured (vllm/v1/worker/gpu_model_runner.py, `sample_tokens`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum StageOutput {
     /// An empty model-runner output that carries the rank's KV-connector output, so the
@@ -111,9 +129,11 @@ fn one_u16() -> u16 {
 }
 
 /// The decode instance D.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Decode {
+    /// Tensor parallelism (required); P tp and D tp must divide one another.
+    #[schemars(range(min = 1, max = MAX_RANKS))]
     pub tp: u16,
     /// D's KV block pool, in blocks of one request's share: every request needs two,
     /// one for the prefix it loads from P and one for the rest of its sequence once it
@@ -122,10 +142,11 @@ pub struct Decode {
     /// (v1/core/sched/scheduler.py, `schedule`, `load_kv_async`), and a scan of the
     /// waiting queues stops at the first request it cannot allocate for.
     #[serde(default)]
+    #[schemars(range(min = 2, max = 2 * MAX_REQUESTS))]
     pub kv_blocks: Option<u8>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PcpLayout {
     /// Every PCP rank holds an equivalent copy; only PCP rank 0 serves reads.
@@ -135,7 +156,7 @@ pub enum PcpLayout {
     Sharded,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Attention {
     /// KV heads split across TP: a D rank reads a head slice from each P rank it covers.
@@ -146,7 +167,7 @@ pub enum Attention {
 }
 
 /// `get_finished_count()`, evaluated on each engine's own topology.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExpectedCount {
     /// The connector returns None: the aggregator falls back to `world_size`.
@@ -155,10 +176,10 @@ pub enum ExpectedCount {
     /// discussed on #59325.
     WorldSizeOverPcp,
     /// A fixed number on every engine.
-    Fixed(u16),
+    Fixed(#[schemars(range(min = 1))] u16),
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AggregatorPolicy {
     #[default]
@@ -167,7 +188,7 @@ pub enum AggregatorPolicy {
 }
 
 /// How NIXL moves a request's KV from P to D.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Transfer {
     /// D reads P's blocks and notifies P, which counts the notifications (NIXL's
@@ -180,7 +201,7 @@ pub enum Transfer {
     PushWrites,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Connector {
     /// The NIXL connector alone.
@@ -192,7 +213,7 @@ pub enum Connector {
 }
 
 /// The P-side worker behaviour of the connector.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Producer {
     /// What replicated PCP ranks > 0 report.
@@ -216,7 +237,7 @@ pub struct Producer {
 /// request finished again once D's pull completed after P's timeout had freed it, and
 /// P's scheduler asserted on the id (vllm-ascend #6570, fixed by PR #5726). The model
 /// re-reports a request at most once per rank.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum NotificationAfterReport {
     /// Logged and dropped (current vLLM).
@@ -228,7 +249,7 @@ pub enum NotificationAfterReport {
 
 /// How the store connector counts a request's outstanding store jobs, which decide when
 /// the worker forwards its send (connector = multi-offload).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum StoreLedger {
     /// Each job is its own entry (vLLM PR #52372, current): a job started before a
@@ -245,7 +266,7 @@ pub enum StoreLedger {
 /// What the offloading child does with a store job that raises
 /// (`faults.offload-store-raises`): it forwards a request's send only once the request's
 /// store jobs are counted down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailedStore {
     /// Counted down all the same, so the send goes out (vLLM PR #43742 decrements the
@@ -257,7 +278,7 @@ pub enum FailedStore {
 }
 
 /// What a P rank does with its own WRITEs' completions (`transfer = "push-writes"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PushCompletion {
     /// Reported as sent once every WRITE of the request is done (vLLM PR #58188).
@@ -270,7 +291,7 @@ pub enum PushCompletion {
 
 /// How a P worker's `get_finished` reaps expired leases from `_reqs_to_send`, a dict in
 /// insertion order (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LeaseReaper {
     /// From the oldest entry, stopping at the first lease not yet expired: vLLM before
@@ -299,7 +320,7 @@ impl Default for Producer {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReplicatedReports {
     /// Silent (#52779).
@@ -311,7 +332,7 @@ pub enum ReplicatedReports {
     SyntheticOnBatch,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum MlaNotify {
     /// Only the P rank actually read is notified.
@@ -321,7 +342,7 @@ pub enum MlaNotify {
 }
 
 /// The D-side worker behaviour of the connector.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Consumer {
     pub failed_handle: FailedHandle,
@@ -341,6 +362,7 @@ pub struct Consumer {
     /// MultiConnector giving the request to the first child that has tokens for it
     /// (`_requests_to_connector`), or 2, NIXL and the offloading child each loading
     /// their part, as the compose mode proposed in vLLM PR #50546 does.
+    #[schemars(range(min = 1, max = 2))]
     pub loading_children: u8,
     pub recving_combine: RecvingCombine,
     pub push_failure: PushFailure,
@@ -352,7 +374,7 @@ pub struct Consumer {
 }
 
 /// What D hears when a P WRITE into it fails (`faults.push-write-fails`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PushFailure {
     /// Nothing: D counts P's notifications and never gets the failed WRITE's, so the
@@ -366,7 +388,7 @@ pub enum PushFailure {
 /// How D's MultiConnector turns its children's `finished_recving` into its worker's
 /// (vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py, `get_finished`).
 /// Children report in configuration order, NIXL first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RecvingCombine {
     /// Every child's set is forwarded as it comes: current vLLM, sound only while one
@@ -384,7 +406,7 @@ pub enum RecvingCombine {
 
 /// What P hears when D rejects a request before admitting it
 /// (`faults.rejected-before-admission`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RejectionNotice {
     /// Nothing: D never opens a transfer, so no read ever notifies P, and P holds the
@@ -399,7 +421,7 @@ pub enum RejectionNotice {
 /// D reads one P rank and notifies the other ranks it covers), or a heartbeat. P and D
 /// name a request differently (each engine suffixes its own id, vLLM #27987), and P
 /// recognises only its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum NotifyId {
     /// P's id, from the transfer parameters (`meta.remote.request_id`): current vLLM's
@@ -428,7 +450,7 @@ impl Default for Consumer {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailedHandle {
     /// Report failed+finished as soon as one handle fails (before #56104).
@@ -437,7 +459,7 @@ pub enum FailedHandle {
     AfterAllStopped,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PrefixHit {
     /// Requests never hit the local prefix cache fully.
@@ -448,7 +470,7 @@ pub enum PrefixHit {
     Unreported,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailedLoad {
     /// A failed load is reported in `failed_recving`.
@@ -465,7 +487,7 @@ pub enum FailedLoad {
 
 /// Scheduler behaviour (v1/core/sched/scheduler.py); each knob defaults to its enum's
 /// `#[default]`, current vLLM.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Scheduler {
     pub abort_finished: AbortFinished,
@@ -504,7 +526,7 @@ pub struct Scheduler {
 /// and PRs #43265, #45628 and #55286 propose to drop it instead. Either way a completion
 /// for a request still live and not waiting for it (running, prefilling) fails the
 /// assertions that follow, so only forgotten requests differ.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum UnknownCompletion {
     /// The assertion fails and the engine core dies (current vLLM).
@@ -518,7 +540,7 @@ pub enum UnknownCompletion {
 /// `_handle_failed_recving` and `_handle_invalid_blocks`, then
 /// `_update_waiting_for_remote_kv`, in v1/core/sched/scheduler.py; vLLM PR #26171 and
 /// its follow-ups).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum KvLoadFailurePolicy {
     /// The request is finished with an error (`FINISHED_ERROR`) in the step that
@@ -535,7 +557,7 @@ pub enum KvLoadFailurePolicy {
 /// With async scheduling a step's output arrives after the next step was scheduled, so
 /// the scheduler can preempt a request (freeing its blocks) whose final step is still
 /// running (vLLM PR #50297, replacing #48141).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FinalStepPreemption {
     /// The stale output is dropped (`drop_stale_output` where the connector
@@ -556,7 +578,7 @@ pub enum FinalStepPreemption {
 /// holding blocks must not sit behind one that holds none: that one's failed allocation
 /// would leave the holder, and its blocks, where no scan reaches (vLLM issue #45388's
 /// later comments; PR #57841 states the rule).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ScanOrder {
     /// Requests holding blocks first (`kv_holding_waiting`, always drained before
@@ -577,7 +599,7 @@ pub enum ScanOrder {
 /// pool cannot take it, the scan breaks at it; a load admitted behind it then never
 /// reaches its promotion, holds its blocks, and nothing runs (vLLM issue #45388's
 /// comments, PRs #45406, #54348, #57841).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AdmissionBehindSkipped {
     /// Loads are admitted behind it: vLLM, which keeps holders ahead by its scan order
@@ -592,7 +614,7 @@ pub enum AdmissionBehindSkipped {
 /// The room D's scheduler asks for when it admits a request whose KV loads
 /// asynchronously. A loading request cannot be preempted (it is not running), so blocks
 /// handed to loads that can never all run are never given back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LoadReservation {
     /// The request's whole sequence must fit beside what every load already admitted
@@ -610,7 +632,7 @@ pub enum LoadReservation {
 /// (vllm/v1/executor/multiproc_executor.py), while each worker's connector has already
 /// handed over the ids it found finished (kv_connector_model_runner_mixin.py asks for
 /// them even when the forward raises).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailedStep {
     /// The engine dies (EngineDeadError): current vLLM is fail-stop (RFC #27866), so a
@@ -639,7 +661,7 @@ impl Scheduler {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AbortFinished {
     /// Aborting a delay-freed request is a no-op: its blocks wait for the connector.
@@ -649,7 +671,7 @@ pub enum AbortFinished {
     Free,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AbortLoading {
     /// An aborted loader keeps its blocks until its `finished_recving` arrives.
@@ -659,7 +681,7 @@ pub enum AbortLoading {
     FreeAtOnce,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stepping {
     /// The engine keeps stepping while it holds delay-freed or waiting requests.
@@ -670,7 +692,7 @@ pub enum Stepping {
 }
 
 /// Faults the checker may inject; each adds nondeterministic actions.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Faults {
     /// The client aborts a request at any point.
@@ -725,7 +747,7 @@ pub struct Faults {
 
 /// Which engines a one-shot engine fault may hit: `true` both, `false` none, or
 /// `"prefill"` / `"decode"` one of them (real bugs hit one side).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(from = "EngineFaultSpelling", into = "EngineFaultSpelling")]
 pub enum EngineFault {
     #[default]
@@ -748,14 +770,14 @@ impl EngineFault {
 }
 
 /// How a spec writes an [`EngineFault`].
-#[derive(Clone, Copy, Serialize, Deserialize)]
+#[derive(Clone, Copy, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 enum EngineFaultSpelling {
     Flag(bool),
     Engine(EngineName),
 }
 
-#[derive(Clone, Copy, Serialize, Deserialize)]
+#[derive(Clone, Copy, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 enum EngineName {
     Prefill,
@@ -824,10 +846,10 @@ impl Config {
             if value == 0 {
                 return err(field, "must be at least 1".into());
             }
-            if value > 16 {
+            if value > MAX_RANKS {
                 return err(
                     field,
-                    format!("{value} is beyond what kvcc models (at most 16)"),
+                    format!("{value} is beyond what kvcc models (at most {MAX_RANKS})"),
                 );
             }
         }

@@ -38,9 +38,20 @@ impl Party {
 
 /// A delivery fault a spec may inject on a message (`[delivery]`).
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
+#[schemars(rename = "DeliveryFault")]
 pub enum Delivery {
     /// Delivered after the receiver's own bookkeeping moved on: the message travels as an
     /// event of its own, so anything else may happen before it arrives.

@@ -63,8 +63,29 @@ pub fn run_bench(args: &[&str]) -> (i32, String, String) {
 }
 
 /// Runs a command to completion, within `DEADLINE`: a kvcc that blocks fails the test
-/// instead of hanging the suite.
+/// instead of hanging the suite. Every JSON line a `kvcc check` or `kvcc merge` writes
+/// must validate against the published schema.
 pub fn output(command: &mut Command) -> (i32, String, String) {
+    let result = run_to_end(command);
+    if writes_json_lines(command) {
+        crate::schema::assert_json_lines(&result.1);
+    }
+    result
+}
+
+/// Is this `kvcc check` or `kvcc merge` with `--format json`?
+fn writes_json_lines(command: &Command) -> bool {
+    let args: Vec<&std::ffi::OsStr> = command.get_args().collect();
+    command.get_program() == KVCC
+        && args
+            .first()
+            .is_some_and(|first| *first == "check" || *first == "merge")
+        && args
+            .windows(2)
+            .any(|w| w[0] == "--format" && w[1] == "json")
+}
+
+fn run_to_end(command: &mut Command) -> (i32, String, String) {
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -56,11 +56,13 @@ use crate::shard::Shard;
 use crate::spec::point::Point;
 use crate::spec::Expectation;
 use kvcc_model::checker::fingerprint_bytes;
-use kvcc_model::properties::CLAUSES;
+use kvcc_model::properties::{CLAUSES, PROPERTIES};
 use kvcc_model::InputError;
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// The version of this line format.
@@ -69,15 +71,21 @@ pub const FORMAT_VERSION: u32 = 3;
 /// The settings of `kvcc check` that can change a verdict, a counterexample or which
 /// checks run. Threads are not among them (the checker is deterministic), nor are the
 /// outputs (`--format`, `--junit`, `--trace-dir`, `--all-traces`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunSettings {
+    /// `--max-states` as given; null: the spec's limit.
     pub max_states: Option<u64>,
+    /// `--max-depth` as given; null: the spec's limit.
     pub max_depth: Option<u32>,
+    /// `--timeout` as given; null: the spec's limit.
     pub timeout_seconds: Option<u64>,
     /// As given; null is the default, a share of the machine's memory.
     pub max_memory: Option<u64>,
+    /// `--shortest`.
     pub shortest: bool,
+    /// `--exact`.
     pub exact: bool,
+    /// False under `--no-symmetry`.
     pub symmetry: bool,
     /// `--past-violations` (absent from lines of a kvcc before it: false).
     #[serde(default)]
@@ -153,76 +161,205 @@ pub struct Position {
 }
 
 /// One check, in the documented field order.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "check")]
 pub struct Line {
+    /// This format's version.
+    #[schemars(schema_with = "format_version")]
     pub format_version: u32,
+    /// The kvcc that produced the line.
     pub kvcc_version: String,
+    /// The commit kvcc was built from (`unknown` outside a git checkout of kvcc).
     pub kvcc_commit: String,
-    /// Absent from lines of a kvcc before it: null, not known.
+    /// Whether a file kvcc is built from differed from that commit at build time; null
+    /// when not known. Absent from lines of a kvcc before it: null.
     #[serde(default)]
     pub kvcc_dirty: Option<bool>,
+    /// The spec's name.
     pub spec: String,
+    /// The spec path as given on the command line.
     pub file: String,
+    /// xxh3-64 of the spec file's bytes, 16 hex digits.
+    #[schemars(regex(pattern = "^[0-9a-f]{16}$"))]
     pub spec_hash: String,
+    /// The matrix point: Config field path to value (`{}` without a matrix).
+    #[schemars(with = "BTreeMap<String, Value>")]
     pub point: Value,
+    /// The verdict the checker reached.
+    #[schemars(schema_with = "verdict")]
     pub verdict: String,
+    /// Which limit cut the run before any violation was found (with `inconclusive`).
     pub inconclusive_reason: Option<String>,
     /// For `violated`: the limit that cut the run after its violations; null when the
     /// run explored every reachable state.
     pub incomplete_reason: Option<String>,
+    /// One per violated clause, in clause order.
     pub violations: Vec<ViolationLine>,
+    /// The expectation, as the spec wrote it.
+    #[schemars(schema_with = "expectation")]
     pub expected: Value,
+    /// The verdict meets the expectation.
     pub matches: bool,
     /// Expected properties an incomplete run did not reach.
+    #[schemars(with = "Vec<Property>")]
     pub unreached: Vec<String>,
+    /// Unique states explored.
     pub unique_states: u64,
+    /// Transitions explored.
     pub transitions: u64,
+    /// The deepest state's distance from the initial state.
     pub max_depth: u32,
+    /// Wall-clock seconds; not reproducible.
     pub seconds: f64,
+    /// Unique states per wall-clock second; not reproducible.
     pub states_per_second: f64,
     /// 64, or null when states were compared in full (`--exact`).
     pub fingerprint_bits: Option<u32>,
     /// The chance a fingerprint collision hid a state; null under `--exact`.
     pub collision_probability: Option<f64>,
+    /// Files written by `--trace-dir` (empty without it).
     pub traces: Vec<String>,
     /// The point's paths in matrix (file) order; `point` is a JSON object, whose keys
     /// are sorted.
     pub point_paths: Vec<String>,
+    /// The spec line that states the expectation.
     pub line: usize,
+    /// This check's position (0-based) in the whole, unsharded run.
     pub check: usize,
+    /// How many checks the whole run has.
     pub checks: usize,
+    /// `I/N` under `--shard`, else null.
+    #[schemars(regex(pattern = "^[0-9]+/[0-9]+$"))]
     pub shard: Option<String>,
+    /// The command-line settings that can change a verdict, a counterexample or which
+    /// checks run.
     pub settings: RunSettings,
+    /// xxh3-64 of the run's identity; every line of one run, in every shard, has the same.
+    #[schemars(regex(pattern = "^[0-9a-f]{16}$"))]
     pub run: String,
 }
 
-#[derive(Serialize, Deserialize)]
+/// A violated clause.
+#[derive(Serialize, Deserialize, JsonSchema)]
 pub struct ViolationLine {
+    #[schemars(with = "Property")]
     pub property: String,
+    /// The clause of the property (`kvcc_model::properties::CLAUSES`).
+    #[schemars(schema_with = "clause")]
     pub clause: String,
+    /// The length of the reported counterexample.
     pub depth: usize,
+}
+
+/// A line of `kvcc check --format json` (and of `kvcc merge --format json`): a check, or an
+/// input error.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // only its schema is used: `read` tells the two apart by `error`
+enum JsonLine {
+    Check(Box<Line>),
+    Error(ErrorLine),
+}
+
+/// The JSON Schema (draft 2020-12) of one line, as `kvcc schema json-lines` prints it.
+pub fn schema() -> Value {
+    let mut root = schemars::schema_for!(JsonLine).to_value();
+    root["$id"] = format!("urn:kvcc:json-lines:{FORMAT_VERSION}").into();
+    root["title"] = format!("kvcc check --format json line, format {FORMAT_VERSION}").into();
+    root
+}
+
+fn format_version(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "const": FORMAT_VERSION })
+}
+
+fn verdict(_: &mut SchemaGenerator) -> Schema {
+    let words = [
+        Observed::Holds,
+        Observed::Violated { incomplete: None },
+        Observed::Inconclusive(String::new()),
+    ]
+    .map(|o| o.word());
+    json_schema!({ "enum": words })
+}
+
+fn clause(_: &mut SchemaGenerator) -> Schema {
+    let clauses: BTreeSet<&str> = CLAUSES.iter().map(|c| c.clause).collect();
+    json_schema!({ "enum": clauses })
+}
+
+/// A contract property (`kvcc_model::properties::PROPERTIES`).
+struct Property;
+
+impl JsonSchema for Property {
+    fn schema_name() -> Cow<'static, str> {
+        "property".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "enum": PROPERTIES })
+    }
+}
+
+/// [`expected`]'s shapes.
+fn expectation(generator: &mut SchemaGenerator) -> Schema {
+    let property = generator.subschema_for::<Property>();
+    let list = serde_json::json!({ "type": "array", "items": property });
+    let violated = |key: &str| {
+        serde_json::json!({
+            "type": "object",
+            "properties": { "verdict": { "const": "violated" }, key: list },
+            "required": ["verdict", key],
+            "additionalProperties": false
+        })
+    };
+    json_schema!({
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": { "verdict": { "const": "holds" } },
+                "required": ["verdict"],
+                "additionalProperties": false
+            },
+            violated("violates"),
+            violated("violates-all"),
+            violated("violates-any")
+        ]
+    })
 }
 
 /// An input error, as `{"format_version": 3, "kvcc_version": ..., "kvcc_commit": ...,
 /// "kvcc_dirty": ..., "error": {...}}`.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "error")]
 pub struct ErrorLine {
+    /// This format's version.
+    #[schemars(schema_with = "format_version")]
     pub format_version: u32,
+    /// The kvcc that produced the line.
     pub kvcc_version: String,
+    /// The commit kvcc was built from.
     #[serde(default)]
     pub kvcc_commit: Option<String>,
+    /// Whether kvcc's tree differed from that commit; null when not known.
     #[serde(default)]
     pub kvcc_dirty: Option<bool>,
     pub error: ErrorFields,
 }
 
-#[derive(Serialize, Deserialize)]
+/// An input error, as kvcc prints it on stderr.
+#[derive(Serialize, Deserialize, JsonSchema)]
 pub struct ErrorFields {
+    /// The file at fault, if any.
     pub file: Option<String>,
+    /// Its line, 1-based.
     pub line: Option<usize>,
+    /// Its column, 1-based.
     pub column: Option<usize>,
+    /// The field at fault (`prefill.pcp`).
     pub field: Option<String>,
     pub message: String,
+    /// What to do about it (`did you mean ...?`).
     pub help: Option<String>,
 }
 

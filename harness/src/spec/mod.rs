@@ -116,48 +116,86 @@ pub struct Spec {
     pub limits: Limits,
 }
 
-#[derive(Deserialize)]
+/// The checker's verdict.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schemars(rename = "verdict")]
 enum VerdictToml {
     Holds,
     Violated,
 }
 
-#[derive(Deserialize)]
+/// What the checker must conclude; `[[expect.when]]` overrides it per matrix point (first
+/// match wins).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[schemars(rename = "expect", transform = schema::expectation_rule)]
 struct ExpectToml {
     verdict: VerdictToml,
+    /// With verdict = "violated": exactly the set of violated properties.
     #[serde(default)]
+    #[schemars(with = "Option<schema::Properties>")]
     violates: Option<Vec<String>>,
+    /// With verdict = "violated": at least these properties are violated, perhaps others
+    /// too.
     #[serde(default)]
+    #[schemars(with = "Option<schema::Properties>")]
     violates_all: Option<Vec<String>>,
+    /// With verdict = "violated": at least one of these properties is violated, perhaps
+    /// others too.
     #[serde(default)]
+    #[schemars(with = "Option<schema::Properties>")]
     violates_any: Option<Vec<String>>,
+    /// Explore past a state that breaks a safety clause instead of ending its run there,
+    /// at every point, so that the expectation can name clauses reachable only after
+    /// another one broke (a completion for a request the scheduler already forgot). Costs
+    /// states; liveness is still judged only where a run ends with every safety clause
+    /// kept. `kvcc check --past-violations` does it for every spec.
     #[serde(default)]
     past_violations: bool,
+    /// Overrides per matrix point, the first that matches wins.
     #[serde(default)]
     when: Vec<WhenToml>,
 }
 
-#[derive(Deserialize)]
+/// An expectation for the matrix points it matches.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[schemars(rename = "expect-when", transform = schema::expectation_rule)]
 struct WhenToml {
+    /// Matrix paths to values; the override applies where all are equal.
     #[serde(rename = "match")]
+    #[schemars(with = "schema::Match")]
     matches: toml::Table,
     verdict: VerdictToml,
+    /// With verdict = "violated": exactly the set of violated properties.
     #[serde(default)]
+    #[schemars(with = "Option<schema::Properties>")]
     violates: Option<Vec<String>>,
+    /// With verdict = "violated": at least these properties are violated, perhaps others
+    /// too.
     #[serde(default)]
+    #[schemars(with = "Option<schema::Properties>")]
     violates_all: Option<Vec<String>>,
+    /// With verdict = "violated": at least one of these properties is violated, perhaps
+    /// others too.
     #[serde(default)]
+    #[schemars(with = "Option<schema::Properties>")]
     violates_any: Option<Vec<String>>,
 }
 
-#[derive(Deserialize)]
+/// Bounds on each check; a run cut by any of them is inconclusive, never a pass.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[schemars(rename = "limits")]
 struct LimitsToml {
+    /// The most unique states a check explores.
+    #[schemars(range(min = 1))]
     max_states: Option<u64>,
+    /// The deepest a check's search goes, in steps from the initial state.
     max_depth: Option<u32>,
+    /// The most wall-clock seconds a check runs.
+    #[schemars(range(min = 1))]
     timeout_seconds: Option<u64>,
 }
 
@@ -724,7 +762,7 @@ fn stand_in(node: &serde_json::Value) -> Option<toml::Value> {
     node.get("default")
         .and_then(from_json)
         .or_else(|| node.get("minimum").and_then(from_json))
-        .or_else(|| node.get("enum")?.get(0).and_then(from_json))
+        .or_else(|| schema::choices(node).first().and_then(from_json))
 }
 
 /// serde's message in the words of the spec's values, not Rust's types: `invalid value:
@@ -773,8 +811,8 @@ fn plain_message(message: &str, schema: Option<&serde_json::Value>) -> String {
         }
     };
     let choices = schema
-        .and_then(|s| s.get("enum"))
-        .and_then(serde_json::Value::as_array)
+        .map(schema::choices)
+        .filter(|values| !values.is_empty())
         .map(|values| {
             let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
             format!("one of {}", values.join(", "))
