@@ -28,6 +28,7 @@ mod order;
 mod recorder_plugin;
 mod reduction;
 mod release;
+mod sarif;
 mod schema;
 mod shard;
 mod simulate_cli;

@@ -97,6 +97,10 @@ pub struct Args {
     /// Also write JUnit XML (one testcase per check) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<String>,
+    /// Also write SARIF 2.1.0 to FILE: one result per mismatch at the spec line of its
+    /// expectation, for GitHub code scanning (harness/FORMATS.md).
+    #[arg(long, value_name = "FILE")]
+    pub sarif: Option<String>,
     /// Write the counterexamples of every check whose verdict differs from its spec's
     /// expectation (add --all-traces for every violation, also expected ones) to DIR as
     /// NAME.txt, NAME.md (Mermaid), NAME.itf.json (ITF, for `kvcc replay`) and NAME.sh
@@ -124,6 +128,7 @@ pub fn exec(args: Args) -> Exit {
     let out = Output {
         json: args.format == Format::Json,
         junit: args.junit.clone(),
+        sarif: args.sarif.clone(),
         quiet: args.quiet,
         trace_dir: args.trace_dir.clone(),
     };

@@ -38,6 +38,10 @@ pub struct Args {
     /// Also write JUnit XML (one testcase per check) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<String>,
+    /// Also write SARIF 2.1.0 to FILE: one result per mismatch at the spec line of its
+    /// expectation, for GitHub code scanning (harness/FORMATS.md).
+    #[arg(long, value_name = "FILE")]
+    pub sarif: Option<String>,
     /// Print only mismatches and the summary line.
     #[arg(long, short)]
     pub quiet: bool,
@@ -72,6 +76,7 @@ pub fn exec(args: Args) -> Exit {
     let out = Output {
         json: args.format == Format::Json,
         junit: args.junit.clone(),
+        sarif: args.sarif.clone(),
         quiet: args.quiet,
         trace_dir: None,
     };

@@ -1,13 +1,14 @@
 //! What `kvcc check` and `kvcc merge` print and write about their results: a table for
 //! people ([`table`]), JSON lines for tools ([`json`], documented in `harness/FORMATS.md`),
-//! JUnit XML for CI dashboards ([`junit`]), GitHub Actions annotations and job summaries
-//! ([`github`]), and input errors as a compiler shows them ([`diagnostic`]). Input errors
+//! JUnit XML for CI dashboards ([`junit`]), SARIF for code scanning ([`sarif`]), GitHub
+//! Actions annotations and job summaries ([`github`]), and input errors as a compiler shows them ([`diagnostic`]). Input errors
 //! reach every output too: JSON has an error line, JUnit an errored testcase.
 
 pub mod diagnostic;
 pub mod github;
 pub mod json;
 pub mod junit;
+pub mod sarif;
 pub mod table;
 
 use crate::out::outln;
@@ -21,6 +22,7 @@ use std::io::Write;
 pub struct Output {
     pub json: bool,
     pub junit: Option<String>,
+    pub sarif: Option<String>,
     pub quiet: bool,
     /// `--trace-dir`, to say where the traces went.
     pub trace_dir: Option<String>,
@@ -133,6 +135,13 @@ pub fn finish(out: &Output, build: &Build, outcomes: &[Outcome], errors: &[Input
                 file,
                 format!("cannot write JUnit XML: {e}"),
             )]);
+            return Exit::Input;
+        }
+    }
+    if let Some(file) = &out.sarif {
+        let log = sarif::render(outcomes, errors, build);
+        if let Err(e) = crate::atomic::write(std::path::Path::new(file), log.as_bytes()) {
+            print_errors(&[InputError::file(file, format!("cannot write SARIF: {e}"))]);
             return Exit::Input;
         }
     }
