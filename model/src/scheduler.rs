@@ -250,8 +250,17 @@ pub fn abortable(state: &State, r: RequestId) -> bool {
 }
 
 /// Does P's engine step at all? An engine with no requests does not step; with `idle`
-/// stepping it also stops once nothing is left to run.
+/// stepping it also stops once nothing is left to run. Nor does it step past a request
+/// woken from NIXL's own remote-prefill load ([`woken_finishes_next`]).
 pub fn prefill_steps(config: &Config, state: &State) -> bool {
+    if woken_finishes_next(config)
+        && state
+            .requests
+            .iter()
+            .any(|q| q.prefill == PrefillPhase::Prefilling)
+    {
+        return false;
+    }
     state.requests.iter().any(|q| match q.prefill {
         PrefillPhase::Prefilling => true,
         PrefillPhase::LoadingKv | PrefillPhase::AbortedLoadingKv | PrefillPhase::DelayFreed => {
@@ -259,6 +268,24 @@ pub fn prefill_steps(config: &Config, state: &State) -> bool {
         }
         _ => false,
     })
+}
+
+/// Whether a request P woke from its own load finishes its prefill in the step that
+/// follows the wake, so that no P step passes with it still prefilling. NIXL loads every
+/// prompt token but the connector's backoff (`_get_remote_prefill_token_count`,
+/// nixl/base_scheduler.py), and vLLM's scheduler computes at least the last token
+/// itself: what is left fits one step's token budget, and the next `schedule` takes it
+/// (`_update_waiting_for_remote_kv`, v1/core/sched/scheduler.py), as vLLM's own
+/// scheduler shows when kvcc confirm plays such a run (the campaign's one unexplained
+/// parting before this rule: the model let a step pass, then freed the request at an
+/// abort that vLLM's finished request ignored). An abort can still come first. Under
+/// async scheduling vLLM returns that batch a step later; the model finishes it before
+/// the next step all the same, which keeps what each request can go through (aborted
+/// before it finishes, or after) and moves only when P's workers learn of it. An
+/// offloading child's load can leave a long prompt to prefill, over many steps: there
+/// the rule is off.
+fn woken_finishes_next(config: &Config) -> bool {
+    config.prefill.loads_kv && config.connector == Connector::Nixl
 }
 
 /// Does D's engine step at all? Without a finite pool decoding requests are not modelled
@@ -309,6 +336,13 @@ pub fn on_prefill_outcome(config: &Config, state: &mut State, outcome: &StepOutc
         } else if request.prefill == PrefillPhase::AbortedLoadingKv {
             // Its load is over: the delayed free of the abort, nothing to send.
             request.prefill = PrefillPhase::Dropped;
+        } else if request.prefill == PrefillPhase::DelayFreed {
+            // A finished request's load completion reads, to vLLM's scheduler, as an
+            // aborted load's: it frees the blocks and forgets the request
+            // (`_update_from_kv_xfer_finished` asserts only that it is finished), though
+            // they are held for D to read and P's workers will still report the send
+            // (kvcc confirm showed it on vLLM 0.34; the model used to assert here).
+            request.prefill = PrefillPhase::Released;
         } else if completion_kills(config, request.prefill.forgotten()) {
             state.incidents.set(Incidents::LOAD_FOR_UNKNOWN);
         }

@@ -367,3 +367,59 @@ fn issue25_a_final_step_preemption_before_50297_departs_from_vllm_and_the_fix_ag
         assert_eq!(departed > 0, departs, "{point}: {out}");
     }
 }
+
+/// P's own load (kv_both) on vLLM 0.34: a woken request finishes its prefill before P's
+/// next step, and a second load completion for a request whose free is delayed frees its
+/// blocks (`_update_from_kv_xfer_finished` takes it for an aborted load's). With both
+/// restated in the model, the traces of `kv-both-one-count` that the second completion
+/// makes (`exactly-once`, unconfirmed before, and `no-free-under-rdma`) are confirmed on
+/// vLLM. The broken twin is the run the model wrote before the first rule
+/// (the campaign's one unexplained parting, kept as a fixture): a step passed with the
+/// woken request still prefilling, and the model freed it at an abort that vLLM's
+/// finished request ignored.
+#[test]
+fn issue25_p_own_load_every_kv_both_trace_is_confirmed_and_the_old_models_run_parts() {
+    if !vllm_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let spec = root()
+        .join("specs/kv-both-one-count.toml")
+        .display()
+        .to_string();
+    let trace_dir = traces.display().to_string();
+    let (code, _, err) = run(&["check", &spec, "--trace-dir", &trace_dir, "--all-traces"]);
+    assert_eq!(code, 0, "{err}");
+    let mut written: Vec<_> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".itf.json"))
+        .collect();
+    written.sort();
+    assert_eq!(written.len(), 6, "{written:?}");
+    // The clauses the second load completion breaks (the others are confirmed already
+    // before it, by the same play); each confirm starts vLLM afresh, ~15 s.
+    let after_second = written.iter().filter(|p| {
+        let name = p.to_string_lossy();
+        name.contains("__exactly-once__") || name.contains("__no-free-under-rdma__")
+    });
+    for trace in after_second {
+        let trace = trace.display().to_string();
+        let (code, out, err) = run(&["confirm", &trace, "--spec", &spec]);
+        assert_eq!(code, 0, "{trace}: {out}{err}");
+        assert!(out.contains("confirmed on vLLM 0.34.0"), "{trace}: {out}");
+    }
+
+    let old = root()
+        .join("tests/fixtures/confirm/woken-prefill-past-a-step")
+        .display()
+        .to_string();
+    let (code, out, err) = run(&["confirm", &old]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("1 part unexplained"), "{out}");
+    assert!(
+        out.contains("vLLM aborted req1, delay-freed req1, freed req0"),
+        "{out}"
+    );
+}
