@@ -363,8 +363,8 @@ pub fn values(state: &State) -> BTreeMap<String, Value> {
             Value::text(metadata(q.send_meta)),
         );
         if t.ordered_leases {
-            // Steps that delivered send metadata before its own: its place in P's
-            // `_reqs_to_send`, which a head-only reaper walks in order.
+            // The entries ahead of it in P's `_reqs_to_send`, which a head-only reaper
+            // walks in order.
             facts.insert(
                 format!("P req{i} queued after"),
                 Value::Int(i64::from(q.queued_after)),

@@ -2,7 +2,7 @@
 //! worker returns its completion sets, the executor hands all of them to the aggregator
 //! in rank order, and the scheduler acts on what the aggregator emits.
 
-use crate::config::{AggregatorPolicy, Config, StageOutput};
+use crate::config::{AggregatorPolicy, Config, StageOutput, MAX_REQUESTS};
 use crate::offload::{self, StoresDone};
 use crate::state::{
     Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
@@ -46,17 +46,13 @@ pub fn prefill_step(
             state.prefill_cell_mut(worker, r).send = send;
         }
     }
-    // Requests whose send metadata arrives now go behind every earlier one in
-    // `_reqs_to_send`.
-    let delivered_before = state
-        .requests
-        .iter()
-        .filter(|q| q.send_meta == Metadata::Delivered)
-        .count() as u8;
+    // Requests whose send metadata arrives now go behind every entry of
+    // `_reqs_to_send`, in id order: places past any dense one, which
+    // `rank::renumber_queue` makes dense again once the action is done.
     let ordered = state.topology().ordered_leases;
-    for q in state.requests.iter_mut() {
+    for (r, q) in state.requests.iter_mut().enumerate() {
         if advance(&mut q.send_meta) && ordered {
-            q.queued_after = delivered_before;
+            q.queued_after = (MAX_REQUESTS + r) as u8;
         }
     }
     // The reaper's scan left an expired lease behind a live one (only a head-only

@@ -468,6 +468,9 @@ impl ContractModel {
         if c.decode.kv_blocks.is_some() {
             scheduler::renumber_arrivals(&mut next);
         }
+        if self.topology.ordered_leases {
+            crate::rank::renumber_queue(&mut next);
+        }
         if next == *state {
             return None;
         }

@@ -6,10 +6,11 @@
 //! step, and vLLM then skips arming a lease for it. Replicated PCP ranks > 0 are never read;
 //! what they report is the subject of #52779, #53903, #53781 and #59325.
 
-use crate::config::{Config, PushCompletion, ReplicatedReports, StoreLedger};
+use crate::config::{Config, PushCompletion, ReplicatedReports, StoreLedger, MAX_REQUESTS};
 use crate::state::RequestId;
 use crate::state::{HandlePhase, Metadata, PrefillPhase, SendPhase, StaleStore, State, StorePhase};
 use kvcc_aggregator::Rank;
+use smallvec::SmallVec;
 
 /// The send phase `rank` has for `r` when this step's poll runs: `start_load_kv` if the
 /// request's send metadata arrives with this step, then the broken twin's batch marking.
@@ -134,11 +135,44 @@ pub fn reaper_stop(state: &State, rank: Rank, r: RequestId) -> Option<RequestId>
     if !state.topology().ordered_leases {
         return None;
     }
-    let place = |q: RequestId| (state.requests[usize::from(q)].queued_after, q);
+    // Places are unique among the requests in the queue ([`renumber_queue`]), and only
+    // those hold a live lease: the id never decides.
+    let place = |q: RequestId| state.requests[usize::from(q)].queued_after;
     (0..state.request_count() as RequestId)
         .filter(|&q| place(q) < place(r))
         .filter(|&q| state.prefill_cell(rank, q).send == SendPhase::ToSend)
         .min_by_key(|&q| place(q))
+}
+
+/// Is `r` in some P rank's `_reqs_to_send`: a lease live, or expired and held? Only
+/// these entries' order can still matter to a reaper (a request leaves for good: its send
+/// metadata arrives once).
+pub fn in_queue(state: &State, r: RequestId) -> bool {
+    (0..state.topology().prefill_world).any(|k| {
+        matches!(
+            state.prefill_cell(k, r).send,
+            SendPhase::ToSend | SendPhase::Expired
+        )
+    })
+}
+
+/// Keeps the places in P's `_reqs_to_send` dense and unique over the requests still in
+/// it, in their order (0 for the rest), so states that differ only in departed entries'
+/// places, or in how many steps separated two arrivals, are one state. A place then moves
+/// with its request when requests are renamed (module docs of `crate::symmetry`).
+pub fn renumber_queue(state: &mut State) {
+    let mut queued: SmallVec<[(u8, RequestId); MAX_REQUESTS]> = (0..state.request_count()
+        as RequestId)
+        .filter(|&r| in_queue(state, r))
+        .map(|r| (state.requests[usize::from(r)].queued_after, r))
+        .collect();
+    queued.sort_unstable();
+    for q in state.requests.iter_mut() {
+        q.queued_after = 0;
+    }
+    for (place, (_, r)) in queued.into_iter().enumerate() {
+        state.requests[usize::from(r)].queued_after = place as u8;
+    }
 }
 
 /// Would this rank put `r` in `finished_sending` this step? Under a MultiConnector the

@@ -333,9 +333,11 @@ pub struct Request {
     /// How a lease came to free it, kept (with leases on) until P frees its blocks:
     /// [`Request::FAULTED`], [`Request::LEASE_EXPIRED`].
     pub rescue: u8,
-    /// Its place in P's `_reqs_to_send`: how many steps delivered send metadata before
-    /// the one that delivered its own (requests of one step go in id order). Kept only
-    /// where the reaper reads it ([`crate::topology::Topology::ordered_leases`]), else 0.
+    /// Its place in P's `_reqs_to_send`: how many of the entries still in it are ahead
+    /// of it (requests whose metadata arrives in one step go in id order, behind every
+    /// entry), unique and dense over the entries ([`crate::rank::renumber_queue`]), 0 for
+    /// a request not in it. Kept only where the reaper reads it
+    /// ([`crate::topology::Topology::ordered_leases`]), else 0.
     pub queued_after: u8,
     /// Its place in D's queues among the requests still in them
     /// ([`DecodePhase::queued`]), kept dense; 0 elsewhere and without a finite pool.

@@ -13,15 +13,20 @@
 //! PCP rank 0's in the last stage, never a replica; a group holds one rank of every stage,
 //! and groups map stage to stage.)
 //!
-//! The one exception is P's `_reqs_to_send` order under a head-only reaper
+//! The one exception is P's `_reqs_to_send` under a head-only reaper
 //! ([`crate::topology::Topology::ordered_leases`]): a rank's reaper walks its requests in
 //! order and stops at the first live lease, so a rank's cells for different requests do
-//! meet there, and transfer groups are then permuted only as whole rows (every request
-//! column alike). (A lost output-rank output drops the whole step, every rank's reports
+//! meet there, and transfer groups are then permuted as whole rows over the columns of
+//! the requests the reaper can still reach (every such column alike). A request past its
+//! reach (send metadata arrived, in no rank's `_reqs_to_send`) never comes back into it,
+//! so its column meets no other and is permuted on its own; which requests are past it is
+//! a fact of the class (renaming ranks or requests does not change it), and a request only
+//! ever leaves the reaper's reach, so this state-dependent product is again a bisimulation. (A lost output-rank output drops the whole step, every rank's reports
 //! alike, so the output rank's group is no exception.)
 //!
 //! The representative sorts each request column of the transfer groups by the groups'
-//! cells in it (or the groups by their whole rows, under a head-only reaper) and each
+//! cells in it (or, under a head-only reaper, the groups by their rows over the columns
+//! the reaper can reach, then each other column on its own) and each
 //! request column of the replicas by its cells: sorting is a canonical form for a full
 //! permutation group, and a product of groups acting on disjoint cells is canonicalised
 //! part by part. So symmetric states get one fingerprint, and every member of a class gets the same
@@ -32,13 +37,34 @@
 //! key their countdowns by id without reading what the id is. Renaming the requests
 //! (their scheduler facts, their column of every per-(rank, request) vector, their ids in
 //! both aggregators) maps behaviours to behaviours and keeps every clause, each of which
-//! quantifies over all requests. The exception is P's `_reqs_to_send` order under a
-//! head-only reaper, where requests that arrive in one step go in id order
-//! ([`crate::topology::Topology::ordered_leases`]): there requests stay apart. The
-//! representative is the least, in the derived order of [`State`], of the rank
-//! representatives of the request orders that sort the requests by a key that renaming
-//! ranks does not change (ties tried every way): the candidates are the same for every
-//! member of a class, so the least is too.
+//! quantifies over all requests.
+//!
+//! Under a head-only reaper ([`crate::topology::Topology::ordered_leases`]) a request's
+//! place in P's `_reqs_to_send` is one of its scheduler facts (`Request::queued_after`),
+//! unique among the requests in the queue ([`crate::rank::renumber_queue`]); the reaper
+//! reads places, never ids, so a renaming carries each request's place with it and the
+//! image of a reaper's walk is the walk of the image. One transition still reads ids:
+//! requests whose send metadata arrives in one step join the queue in id order. A
+//! renaming that reverses two such requests maps that step to a step the model never
+//! takes (it would queue them the other way round), so it is excluded: a renaming may
+//! reorder requests freely, but must keep the id order of the requests whose send
+//! metadata has not arrived yet (the only ones that can still arrive together). These
+//! renamings do not form one group, but "s' is s renamed by a renaming that keeps the
+//! id order of s's undelivered requests" is an equivalence (the inverse and composites of
+//! such renamings keep it too) and a bisimulation: a step of s renamed is a step of s'
+//! (the requests arriving in it are undelivered in s, so they queue in the same order in
+//! both), it delivers requests and never undelivers one (send metadata is queued once,
+//! when prefill finishes), so the same renaming still keeps the order of what is left
+//! undelivered; and every clause judges s and s' alike. So the quotient keeps every
+//! verdict.
+//!
+//! The representative is the least, in the derived order of [`State`], of the rank
+//! representatives of the request orders that sort the requests by a key that the
+//! allowed renamings and renaming ranks do not change (ties tried every way): first an
+//! undelivered request's rank among the undelivered ones by id (under a head-only reaper;
+//! unique, so these requests keep their id order and the candidates are allowed
+//! renamings), then its scheduler facts and the multiset of each of its columns. The
+//! candidates are the same for every member of a class, so the least is too.
 //!
 //! Only the `Countdown` aggregator is symmetric: it has no reporter identity. `Strict`
 //! remembers which ranks formed a quorum, and when more than E reports arrive in one step
@@ -74,19 +100,20 @@ impl State {
         if !self.symmetric() {
             return self;
         }
-        if self.request_count() < 2 || self.topology().ordered_leases {
+        if self.request_count() < 2 {
             return self.into_rank_representative();
         }
-        // Requests with pairwise different scheduler facts are ordered by those alone
-        // (the first part of the key): the common case, with no key built.
-        let requests = &self.requests;
-        let n = requests.len();
-        if (0..n).all(|a| (a + 1..n).all(|b| requests[a] != requests[b])) {
-            if (1..n).all(|i| requests[i - 1] < requests[i]) {
+        // Requests with pairwise different scheduler facts (after their arrival ranks)
+        // are ordered by those alone (the first parts of the key): the common case, with
+        // no key built.
+        let n = self.request_count();
+        let head = |r: usize| (self.arrival_rank(r as RequestId), self.requests[r]);
+        if (0..n).all(|a| (a + 1..n).all(|b| head(a) != head(b))) {
+            if (1..n).all(|i| head(i - 1) < head(i)) {
                 return self.into_rank_representative();
             }
             let mut order: SmallVec<[RequestId; 3]> = (0..n as RequestId).collect();
-            order.sort_by_key(|&r| requests[usize::from(r)]);
+            order.sort_by_key(|&r| head(usize::from(r)));
             return self.renamed(&order).into_rank_representative();
         }
         let orders = self.request_orders();
@@ -170,13 +197,26 @@ impl State {
             && aggregator_eq(&self.decode_aggregator)
     }
 
-    /// What renaming ranks leaves of request `r`: its scheduler facts and the multiset of
-    /// each of its columns.
+    /// Where a renaming must keep request `r` (module docs): under a head-only reaper, an
+    /// undelivered request's rank by id among the undelivered ones, from 1; 0 for every
+    /// other request, which renamings may move freely.
+    fn arrival_rank(&self, r: RequestId) -> u8 {
+        use crate::state::Metadata;
+        let undelivered = |q: usize| self.requests[q].send_meta != Metadata::Delivered;
+        if !self.topology().ordered_leases || !undelivered(usize::from(r)) {
+            return 0;
+        }
+        1 + (0..usize::from(r)).filter(|&q| undelivered(q)).count() as u8
+    }
+
+    /// What the allowed renamings of requests and renaming ranks leave of request `r`:
+    /// its arrival rank, its scheduler facts and the multiset of each of its columns.
     #[allow(clippy::type_complexity)]
     fn request_key(
         &self,
         r: RequestId,
     ) -> (
+        u8,
         crate::state::Request,
         SmallVec<[crate::state::PrefillCell; 16]>,
         SmallVec<[crate::state::HandlePhase; 16]>,
@@ -198,6 +238,7 @@ impl State {
             column
         }
         (
+            self.arrival_rank(r as RequestId),
             self.requests[r],
             column(&self.prefill, n, r),
             column(&self.handles, n, r),
@@ -206,8 +247,9 @@ impl State {
         )
     }
 
-    /// This state with request `order[i]` renamed `i`.
-    fn renamed(&self, order: &[RequestId]) -> State {
+    /// This state with request `order[i]` renamed `i`: whether that is a symmetry of
+    /// this state is the caller's to know (module docs).
+    pub fn renamed(&self, order: &[RequestId]) -> State {
         let n = self.request_count();
         let mut next = self.clone();
         let mut new_id = [0 as RequestId; crate::config::MAX_REQUESTS];
@@ -251,11 +293,14 @@ impl State {
     fn into_rank_representative(self) -> State {
         if !self.topology().ordered_leases {
             let mut next = self;
-            next.sort_group_columns();
+            next.sort_group_columns(|_| true);
             next.sort_replica_columns();
             return next;
         }
-        let mut next = match self.group_order() {
+        let free: SmallVec<[bool; 3]> = (0..self.request_count() as RequestId)
+            .map(|r| self.past_the_reaper(r))
+            .collect();
+        let mut next = match self.group_order(&free) {
             None => self,
             Some((prefill_from, decode_from, handle_from)) => {
                 let n = self.request_count();
@@ -275,8 +320,18 @@ impl State {
                 next
             }
         };
+        next.sort_group_columns(|r| free[r]);
         next.sort_replica_columns();
         next
+    }
+
+    /// Has request `r` left the reaper's reach for good: its send metadata arrived and no
+    /// P rank holds it in `_reqs_to_send` (it never returns: metadata arrives once)? Its
+    /// cells then meet no other request's on any rank, and its column of the transfer
+    /// groups is permuted on its own, as without a head-only reaper.
+    fn past_the_reaper(&self, r: RequestId) -> bool {
+        self.requests[usize::from(r)].send_meta == crate::state::Metadata::Delivered
+            && !crate::rank::in_queue(self, r)
     }
 
     /// Partitions `cells` (P worker, request) into classes of cells that a symmetry fixing
@@ -309,14 +364,14 @@ impl State {
     /// Sorts each request column of the transfer groups in place: the groups' cells for
     /// one request (their P ranks', then their D ranks' with the offloading child's
     /// loads, then their handles') move as a block, independently of other columns.
-    fn sort_group_columns(&mut self) {
+    fn sort_group_columns(&mut self, columns: impl Fn(usize) -> bool) {
         let topology = self.topology();
         let groups = &topology.groups;
         if groups.len() < 2 {
             return;
         }
         let n = self.request_count();
-        for r in 0..n {
+        for r in (0..n).filter(|&r| columns(r)) {
             let compare = |state: &State, a: usize, b: usize| -> std::cmp::Ordering {
                 let (a, b) = (&groups[a], &groups[b]);
                 let cell = |k: &Rank| state.prefill[usize::from(*k) * n + r];
@@ -393,31 +448,51 @@ impl State {
     }
 
     /// For each slot, the old rank (or handle) whose row moves there when the transfer
-    /// groups are sorted; None when they already stand in canonical order.
+    /// groups are sorted by their rows outside the `free` columns (those are sorted on
+    /// their own); None when they already stand in canonical order.
     #[allow(clippy::type_complexity)]
-    fn group_order(&self) -> Option<(Vec<Rank>, Vec<Rank>, Vec<usize>)> {
+    fn group_order(&self, free: &[bool]) -> Option<(Vec<Rank>, Vec<Rank>, Vec<usize>)> {
         let topology = self.topology();
         let n = self.request_count();
-        let prefill_row =
-            |rank: Rank| &self.prefill[usize::from(rank) * n..(usize::from(rank) + 1) * n];
-        // A D rank's row: NIXL's cells, then the offloading child's loads.
-        let decode_row = |rank: Rank| {
-            let cells = usize::from(rank) * n..(usize::from(rank) + 1) * n;
-            (&self.decode[cells.clone()], &self.child_loads[cells])
-        };
-        let handle_row = |h: usize| &self.handles[h * n..(h + 1) * n];
-
-        // Groups compare by their rows in order: P ranks, then D ranks, then handles
-        // (the derived order of the tuple of row lists, without building it).
+        let tied: SmallVec<[usize; 3]> = (0..n).filter(|&r| !free[r]).collect();
+        // Two rows of `cells`, compared over the tied columns.
+        fn rows<T: Ord + Copy>(
+            cells: &[T],
+            n: usize,
+            tied: &[usize],
+            a: usize,
+            b: usize,
+        ) -> std::cmp::Ordering {
+            let row = |k: usize| tied.iter().map(move |&r| cells[k * n + r]);
+            row(a).cmp(row(b))
+        }
+        // Lists of rows, compared row by row (groups have as many of each).
+        fn lists<K: Copy>(
+            a: &[K],
+            b: &[K],
+            row: impl Fn(K, K) -> std::cmp::Ordering,
+        ) -> std::cmp::Ordering {
+            a.iter()
+                .zip(b)
+                .map(|(&x, &y)| row(x, y))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        }
+        // Groups compare by their rows in order: P ranks, then D ranks (NIXL's cells,
+        // then the offloading child's loads), then handles.
         let compare_groups = |a: usize, b: usize| -> std::cmp::Ordering {
             let (a, b) = (&topology.groups[a], &topology.groups[b]);
-            let prefill = a.prefill_ranks.iter().map(|&k| prefill_row(k));
-            let decode = a.decode_ranks.iter().map(|&d| decode_row(d));
-            let handles = a.handles.iter().map(|&h| handle_row(h));
-            prefill
-                .cmp(b.prefill_ranks.iter().map(|&k| prefill_row(k)))
-                .then_with(|| decode.cmp(b.decode_ranks.iter().map(|&d| decode_row(d))))
-                .then_with(|| handles.cmp(b.handles.iter().map(|&h| handle_row(h))))
+            let prefill =
+                |x: Rank, y: Rank| rows(&self.prefill, n, &tied, usize::from(x), usize::from(y));
+            let decode = |x: Rank, y: Rank| {
+                let (x, y) = (usize::from(x), usize::from(y));
+                rows(&self.decode, n, &tied, x, y)
+                    .then_with(|| rows(&self.child_loads, n, &tied, x, y))
+            };
+            let handle = |x: usize, y: usize| rows(&self.handles, n, &tied, x, y);
+            lists(&a.prefill_ranks, &b.prefill_ranks, prefill)
+                .then_with(|| lists(&a.decode_ranks, &b.decode_ranks, decode))
+                .then_with(|| lists(&a.handles, &b.handles, handle))
         };
         let group_count = topology.groups.len();
         if (1..group_count).all(|g| compare_groups(g - 1, g).is_le()) {

@@ -7,7 +7,8 @@ mod common;
 use common::{fix, regression};
 use kvcc_model::checker::{check, Checkable, Choice, Cutoff, Kind, Limits, Options, Verdict};
 use kvcc_model::config::{
-    Connector, EngineFault, FailedHandle, FinalStepPreemption, LoadReservation, ScanOrder,
+    Connector, EngineFault, FailedHandle, FinalStepPreemption, LeaseReaper, LoadReservation,
+    ScanOrder,
 };
 use kvcc_model::{Config, ContractModel};
 use stateright::{Checker, Model};
@@ -90,7 +91,22 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     let mut groups_two_requests = fix(1, 2);
     groups_two_requests.requests = 2;
     groups_two_requests.faults.client_abort = false;
+    // A head-only lease reaper (issue 28): the requests' places in `_reqs_to_send` are
+    // renamed with them; two requests (and three) that can arrive in one step.
+    let head_only = |requests: u8, tp: u16| {
+        let mut config = fix(1, tp);
+        config.requests = requests;
+        config.producer.lease_reaper = LeaseReaper::HeadOnly;
+        config.faults.client_abort = false;
+        config
+    };
+    let mut head_only_aborts = head_only(2, 1);
+    head_only_aborts.faults.client_abort = true;
     vec![
+        ("head-only reaper, two requests", head_only(2, 1)),
+        ("head-only reaper, two requests, aborts", head_only_aborts),
+        ("head-only reaper, three requests", head_only(3, 1)),
+        ("head-only reaper, tp2, two requests", head_only(2, 2)),
         ("regression", regression(2, 1)),
         ("fix", fix(2, 1)),
         ("fix tp2", fix(2, 2)),
@@ -309,6 +325,76 @@ fn renaming_requests_is_a_bisimulation_and_a_broken_renaming_is_caught() {
         t
     };
     assert!(first_break(&model, swap_cells_only).is_some());
+}
+
+/// Issue 28: under a head-only lease reaper, a renaming of requests carries their places
+/// in P's `_reqs_to_send`, and keeps the id order of requests whose send metadata has not
+/// arrived (those that arrive in one step queue in id order). A state and its
+/// representative judge every clause alike and have the same successors, in every
+/// reachable state of points where the reaper holds an expired lease behind a live one
+/// and requests arrive together. Two broken twins must break it: one swaps two requests
+/// but forgets their places (each place stays with the slot), the other swaps them with
+/// their places whether or not their metadata has arrived.
+#[test]
+fn issue28_renaming_requests_with_their_queue_places_is_a_bisimulation_and_broken_ones_are_caught()
+{
+    let head_only = |requests: u8, client_abort: bool| {
+        let mut config = fix(1, 1);
+        config.requests = requests;
+        config.producer.lease_reaper = LeaseReaper::HeadOnly;
+        config.faults.client_abort = client_abort;
+        ContractModel::new(config)
+    };
+    let models = [head_only(2, true), head_only(3, false)];
+    for model in &models {
+        assert!(model.topology.ordered_leases);
+        assert_eq!(first_break(model, |s| s.representative()), None);
+    }
+    let swapped = |s: &kvcc_model::State| s.renamed(&[1, 0, 2][..s.request_count()]);
+    let forgets_places = |s: &kvcc_model::State| {
+        let mut t = swapped(s);
+        t.requests[0].queued_after = s.requests[0].queued_after;
+        t.requests[1].queued_after = s.requests[1].queued_after;
+        t
+    };
+    for model in &models {
+        assert!(first_break(model, forgets_places).is_some());
+        assert!(first_break(model, swapped).is_some());
+    }
+}
+
+/// Issue 28: under a head-only lease reaper, transfer groups are permuted as whole rows
+/// over the requests the reaper can still reach, and per column over the requests past
+/// it. A state and its representative judge every clause alike and have the same
+/// successors, in every reachable state of P tp 2 · D tp 2 with two requests. The broken
+/// twin permutes request 0's column of the groups on its own (cells and handles) whether
+/// or not the reaper can still reach it, and must break it.
+#[test]
+fn issue28_transfer_groups_under_a_head_only_reaper_are_a_bisimulation_and_a_broken_one_is_caught()
+{
+    let mut config = fix(1, 2);
+    config.requests = 2;
+    config.producer.lease_reaper = LeaseReaper::HeadOnly;
+    config.faults.client_abort = false;
+    let model = ContractModel::new(config);
+    assert_eq!(first_break(&model, |s| s.representative()), None);
+    let t = model.topology;
+    let (a, b) = (&t.groups[0], &t.groups[1]);
+    let swap_request0 = |s: &kvcc_model::State| {
+        let mut t = s.clone();
+        for (&p, &q) in a.prefill_ranks.iter().zip(&b.prefill_ranks) {
+            t.prefill.swap(usize::from(p) * 2, usize::from(q) * 2);
+        }
+        for (&p, &q) in a.decode_ranks.iter().zip(&b.decode_ranks) {
+            t.decode.swap(usize::from(p) * 2, usize::from(q) * 2);
+            t.child_loads.swap(usize::from(p) * 2, usize::from(q) * 2);
+        }
+        for (&p, &q) in a.handles.iter().zip(&b.handles) {
+            t.handles.swap(p * 2, q * 2);
+        }
+        t
+    };
+    assert!(first_break(&model, swap_request0).is_some());
 }
 
 /// Transfer groups are interchangeable per request column: two requests never meet on a

@@ -311,3 +311,22 @@ fn issue6_check_of_specs_skips_its_bench_directory_unless_named() {
     assert_eq!(code, 0, "{stdout}");
     assert!(stdout.contains("slow"), "{stdout}");
 }
+
+/// Issue 28's first target: the #59325 fix with the head-only lease reaper at P tp 2 ·
+/// pcp 4 · 3 requests. Before issue 28 the requests were not interchangeable under that
+/// reaper (no answer in 120 s); their places in `_reqs_to_send` now move with them
+/// (model/src/symmetry.rs). It is violated (leases-reaped) and explored to the end.
+#[test]
+#[ignore = "4.6 million states: run in release, cargo test --release -p kvcc-e2e -- --ignored bench::"]
+fn issue28_head_only_reaper_3_requests_is_violated_in_4611112_states() {
+    let spec = bench_spec("pr59325-fix-pcp4-tp2-3-requests-head-only", unchanged);
+    let cases = spec.cases(&[]).expect("cases");
+    let settings = Settings {
+        threads: 2,
+        ..Settings::default()
+    };
+    let outcome = run::check(&spec, &cases[0], &settings).expect("checked");
+    assert_eq!(outcome.observed, Observed::Violated { incomplete: None });
+    assert!(outcome.matches);
+    assert_eq!(outcome.unique_states, 4_611_112);
+}
