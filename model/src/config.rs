@@ -228,6 +228,26 @@ pub struct Producer {
     pub failed_store: FailedStore,
     pub store_ledger: StoreLedger,
     pub notification_after_report: NotificationAfterReport,
+    pub notification_count: NotificationCount,
+}
+
+/// When a P rank read by several D ranks (heterogeneous TP with D tp > P tp, DCP or PCP
+/// fan-in) reports a request sent. vLLM 0.34's NIXL worker counts D's notifications
+/// against the number each one announces (`request_id:expected_consumers`) and reports
+/// the request only when the last reader has notified (nixl/pull_worker.py:
+/// `_get_new_notifs`, the count vLLM PR #18833 introduced for heterogeneous TP).
+/// vllm-ascend's Mooncake connector freed a prefill rank's blocks at every decode rank's
+/// `DONE_RECVING_MSG` until PR #5224 counted the times the rank would be pulled: the first
+/// reader's message freed blocks the others were still reading, and later ones freed
+/// them again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotificationCount {
+    /// Reported once every reader has notified (current vLLM).
+    #[default]
+    Counted,
+    /// Reported at each notification: the first reader's, and again at a later one's.
+    Each,
 }
 
 /// What a P rank does with a D notification for a request it has already reported sent
@@ -316,6 +336,7 @@ impl Default for Producer {
             failed_store: FailedStore::Counted,
             store_ledger: StoreLedger::PerJob,
             notification_after_report: NotificationAfterReport::Dropped,
+            notification_count: NotificationCount::Counted,
         }
     }
 }

@@ -285,20 +285,36 @@ fn arrival_words(t: &Topology, rank: Rank, r: RequestId, before: &State, after: 
             "P rank {rank} no longer tracks req{r}: it logs the notification as for an unrecognized request and drops it"
         );
     }
-    if cell.send == SendPhase::ReportsAgain && before.prefill_cell(rank, r).send != cell.send {
+    if cell.send == SendPhase::ReportsAgain
+        && before.prefill_cell(rank, r).send != cell.send
+        && !t.reports_each_notification
+    {
         return format!(
             "P rank {rank} already reported req{r}, and reports it finished AGAIN at its next step (producer.notification-after-report = reported-again)"
         );
     }
     let expected = t.expected_consumers[usize::from(rank)];
-    let mut line = format!(
-        "P rank {rank} counts a D notification for req{r} ({}/{expected})",
-        cell.notifications
-    );
-    if cell.send == SendPhase::Done {
-        line += &format!(", done: it reports req{r} sent at its next step");
+    format!(
+        "P rank {rank} counts a D notification for req{r} ({}/{expected}){}",
+        cell.notifications,
+        count_outcome(t, cell.send, r)
+    )
+}
+
+/// What a P rank's count of D notifications leads to, after the count.
+fn count_outcome(t: &Topology, send: SendPhase, r: RequestId) -> String {
+    let each = if t.reports_each_notification {
+        " (producer.notification-count = each: it does not wait for its other readers)"
+    } else {
+        ""
+    };
+    match send {
+        SendPhase::Done => format!(", done: it reports req{r} sent at its next step{each}"),
+        SendPhase::ReportsAgain => {
+            format!(", and it reports req{r} finished AGAIN at its next step{each}")
+        }
+        _ => String::new(),
     }
-    line
 }
 
 /// `rank 0` or `ranks 0, 2`, after `side` (`P`, `D`).
@@ -438,14 +454,11 @@ fn notification_line(n: &Notification, t: &Topology, after: &State) -> String {
     }
     let cell = after.prefill_cell(p, r);
     let expected = t.expected_consumers[usize::from(p)];
-    let mut line = format!(
-        "P rank {p} counts D rank {d}'s {via} for req{r} ({}/{expected})",
-        cell.notifications
-    );
-    if cell.send == SendPhase::Done {
-        line += &format!(", done: it reports req{r} sent at its next step");
-    }
-    line
+    format!(
+        "P rank {p} counts D rank {d}'s {via} for req{r} ({}/{expected}){}",
+        cell.notifications,
+        count_outcome(t, cell.send, r)
+    )
 }
 
 /// An aggregator's changes at a step: countdowns opened or moved, ids emitted.

@@ -90,18 +90,25 @@ pub fn notification_arrives(state: &mut State, rank: Rank, r: RequestId) {
 /// is counted, and the count reaching D's promised number completes it and forgets it;
 /// once forgotten (completed by notifications, a lease or a synthetic report) vLLM only
 /// logs it ("unrecognized request") and drops it. It counts messages, not readers: a
-/// duplicate stands in for a reader still reading. Returns whether it was counted.
+/// duplicate stands in for a reader still reading. A rank that reports at each
+/// notification (`producer.notification-count = "each"`) keeps the request after its
+/// first report and reports it again at a later reader's (at most once more, which two
+/// readers need). Returns whether it was counted.
 pub fn receive_notification(state: &mut State, rank: Rank, r: RequestId) -> bool {
     let expected = state.topology().expected_consumers[usize::from(rank)];
     let reports_again = state.topology().reports_late_notifications;
+    let each = state.topology().reports_each_notification;
     let cell = state.prefill_cell_mut(rank, r);
-    let tracked = matches!(
-        cell.send,
-        SendPhase::InBatch | SendPhase::ToSend | SendPhase::Expired
-    );
+    let tracked = match cell.send {
+        SendPhase::InBatch | SendPhase::ToSend | SendPhase::Expired => true,
+        SendPhase::Done | SendPhase::Reported => each,
+        _ => false,
+    };
     if tracked {
         cell.notifications += 1;
-        if cell.notifications >= expected {
+        if cell.send == SendPhase::Reported {
+            cell.send = SendPhase::ReportsAgain;
+        } else if each || cell.notifications >= expected {
             cell.send = SendPhase::Done;
         }
     } else if reports_again && cell.send == SendPhase::Reported {

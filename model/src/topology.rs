@@ -97,6 +97,9 @@ pub struct Topology {
     /// A P rank reports a request again when a notification for it arrives after its
     /// report (`producer.notification-after-report = "reported-again"`).
     pub reports_late_notifications: bool,
+    /// A P rank reports a request at each D notification instead of counting its
+    /// readers (`producer.notification-count = "each"`).
+    pub reports_each_notification: bool,
 }
 
 impl Topology {
@@ -236,6 +239,8 @@ impl Topology {
                 || config.notification_delivery(crate::message::Delivery::Duplicated),
             reports_late_notifications: config.producer.notification_after_report
                 == crate::config::NotificationAfterReport::ReportedAgain,
+            reports_each_notification: config.producer.notification_count
+                == crate::config::NotificationCount::Each,
             heartbeats_unrecognised: config.consumer.heartbeat_id == NotifyId::LocalRequestId,
             drops_stale_completions: config.scheduler.unknown_completion
                 == crate::config::UnknownCompletion::Drop,

@@ -268,6 +268,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "producer",
+        "notification-count",
+        &["\"counted\"", "\"each\""],
+    ),
+    (
+        "producer",
         "push-completion",
         &["\"reported\"", "\"filtered\""],
     ),

@@ -40,6 +40,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             failed_store: FailedStore::Counted,
             store_ledger: StoreLedger::PerJob,
             notification_after_report: Default::default(),
+            notification_count: Default::default(),
         },
         consumer: Consumer::default(),
         scheduler: Scheduler::default(),
