@@ -308,7 +308,7 @@ pub const PREFILL_BEFORE_LOAD_COMPLETE: Clause = Clause {
     property: "recv-after-stable",
     clause: "prefill-before-load-complete",
     kind: Kind::Safety,
-    meaning: "P started prefilling a request while a worker was still loading its KV",
+    meaning: "P moved a request past its own load (prefilled it, or freed it) while a worker was still loading its KV",
     holds: prefill_after_loads,
 };
 pub const COUNTDOWN_REOPENED: Clause = Clause {
