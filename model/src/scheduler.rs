@@ -289,12 +289,14 @@ pub fn prefill_steps(config: &Config, state: &State) -> bool {
 /// (`_update_waiting_for_remote_kv`, v1/core/sched/scheduler.py), as vLLM's own
 /// scheduler shows when kvcc confirm plays such a run (the campaign's one unexplained
 /// parting before this rule: the model let a step pass, then freed the request at an
-/// abort that vLLM's finished request ignored). An abort can still come first. Under
-/// async scheduling vLLM returns that batch a step later; the model finishes it before
-/// the next step all the same, which keeps what each request can go through (aborted
-/// before it finishes, or after) and moves only when P's workers learn of it. An
-/// offloading child's load can leave a long prompt to prefill, over many steps: there
-/// the rule is off.
+/// abort that vLLM's finished request ignored). An abort can still come first. This is
+/// vLLM with one batch in flight, as kvcc confirm plays it. Under async scheduling
+/// (`max-concurrent-batches = 2`, vLLM's default) the batch queue returns that batch a
+/// step later, so one step can pass with the request still running: a load completion
+/// arriving in that step makes vLLM assert, which the model, finishing the request
+/// first, does not reach (docs/vllm.md; open in issue 25 until the player plays the
+/// batch queue). An offloading child's load can leave a long prompt to prefill, over
+/// many steps: there the rule is off.
 fn woken_finishes_next(config: &Config) -> bool {
     config.prefill.loads_kv && config.connector == Connector::Nixl
 }
