@@ -7,13 +7,11 @@
 //! the configured policies.
 
 use crate::config::{
-    AbortFinished, AbortLoading, AbortedTransfers, AdmissionBehindSkipped, Config, Connector,
-    FinalStepPreemption, KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping,
-    UnknownCompletion,
+    AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, FinalStepPreemption,
+    KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping, UnknownCompletion,
 };
 use crate::state::{
-    DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
-    StorePhase,
+    DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
 };
 use kvcc_aggregator::{Direction, StepOutcome};
 use smallvec::SmallVec;
@@ -202,24 +200,15 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
             request.decode = DecodePhase::Gone;
         }
         // P's own load in flight (kv_both): the same policy as an aborted load on D.
-        PrefillPhase::LoadingKv => {
-            match config.scheduler.abort_loading {
-                AbortLoading::DelayFree => request.prefill = PrefillPhase::AbortedLoadingKv,
-                AbortLoading::FreeAtOnce => {
-                    request.prefill = PrefillPhase::Dropped;
-                    state
-                        .prefill_aggregator_mut()
-                        .retire(Direction::Recving, &r);
-                }
+        PrefillPhase::LoadingKv => match config.scheduler.abort_loading {
+            AbortLoading::DelayFree => request.prefill = PrefillPhase::AbortedLoadingKv,
+            AbortLoading::FreeAtOnce => {
+                request.prefill = PrefillPhase::Dropped;
+                state
+                    .prefill_aggregator_mut()
+                    .retire(Direction::Recving, &r);
             }
-            // A connector saving while it loads delays the free for its save too, and
-            // each worker reports the save done at its next step.
-            if config.prefill.saves_while_loading {
-                for k in 0..state.topology().prefill_world {
-                    state.prefill_cell_mut(k, r).send = SendPhase::Done;
-                }
-            }
-        }
+        },
         PrefillPhase::DelayFreed if config.scheduler.abort_finished == AbortFinished::Free => {
             request.prefill = PrefillPhase::AbortFreed;
             state
@@ -328,20 +317,14 @@ fn completion_kills(config: &Config, forgotten: bool) -> bool {
 /// P's scheduler acts on an aggregated step.
 pub fn on_prefill_outcome(config: &Config, state: &mut State, outcome: &StepOutcome<RequestId>) {
     // Receives before sends, as `_update_from_kv_xfer_finished` handles them.
-    let after_all = config.scheduler.aborted_transfers == AbortedTransfers::FreeAfterAll;
     for &r in &outcome.finished_recving {
         note_emission(state, r, Request::EMITTED_LOAD);
         let request = &mut state.requests[usize::from(r)];
-        let save_awaited = config.prefill.saves_while_loading
-            && after_all
-            && request.emitted & Request::EMITTED_SEND == 0;
         if request.prefill == PrefillPhase::LoadingKv {
             request.prefill = PrefillPhase::Prefilling;
         } else if request.prefill == PrefillPhase::AbortedLoadingKv {
-            // Its load is over: the delayed free of the abort, unless its save is awaited.
-            if !save_awaited {
-                request.prefill = PrefillPhase::Dropped;
-            }
+            // Its load is over: the delayed free of the abort, nothing to send.
+            request.prefill = PrefillPhase::Dropped;
         } else if request.prefill == PrefillPhase::DelayFreed {
             // A finished request's load completion reads, to vLLM's scheduler, as an
             // aborted load's: it frees the blocks and forgets the request
@@ -363,12 +346,6 @@ pub fn on_prefill_outcome(config: &Config, state: &mut State, outcome: &StepOutc
             }
             // Judged: forget it, so that states differing only there merge again.
             state.requests[usize::from(r)].rescue = 0;
-        } else if request.prefill == PrefillPhase::AbortedLoadingKv {
-            // The save of a request aborted while loading: freed at once (current vLLM,
-            // over a load that may still write), or only once the load is over too.
-            if !after_all || request.emitted & Request::EMITTED_LOAD != 0 {
-                request.prefill = PrefillPhase::Dropped;
-            }
         } else if completion_kills(config, request.prefill.forgotten()) {
             state.incidents.set(Incidents::SEND_FOR_UNKNOWN);
         }
