@@ -6,7 +6,9 @@
 //! it is.
 
 use kvcc_aggregator::{Rank, WorkerOutput};
-use kvcc_conform::format::{Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION};
+use kvcc_conform::format::{
+    AbortedTransfers, Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION,
+};
 use std::io;
 use std::path::Path;
 
@@ -53,6 +55,7 @@ pub fn generate(dir: &Path, bytes_min: u64) -> io::Result<Generated> {
         tp_size: Some(WORLD_SIZE),
         pp_size: Some(1),
         pcp_size: Some(1),
+        aborted_transfers: AbortedTransfers::FreeAtFirst,
     };
     let mut writer = RunWriter::create(dir, &header)?;
     // An estimate, to know when to stop; the files' sizes are returned.

@@ -17,6 +17,10 @@ scheduler's inputs from the scheduler log:
   `finished_recving` wakes it; at the log's `delay-freed` vLLM prefills what the load
   left (steps with no reports, as above) and decides whether to delay its free.
 - `aborted`: vLLM's abort path, `Scheduler.finish_requests(..., FINISHED_ABORTED)`.
+  An abort of P's own load followed at once by `delay-freed` is a connector that saves
+  while it loads taking over the free for its save (kvcc_confirm.connector, `saving`);
+  the player reports `delay-freed` when vLLM's abort path asked the connector and it
+  delayed the free.
 
 The other events of the log (`freed`, `woken`, `load-failed`) are the model's claims.
 They are not played: the player reports the events vLLM's scheduler produced, stamped
@@ -340,6 +344,38 @@ def _event(before, after, prefill):
     return None
 
 
+# The log's events the player feeds to vLLM; the others are the model's claims.
+INPUTS = ("delay-freed", "waiting-for-remote-kvs", "aborted")
+
+
+def stamp_order(events):
+    """The scheduler inputs logged before one step, in the order vLLM takes them, each
+    with whether it is an abort a saving connector takes over (`delay-freed` right
+    after it). vLLM's engine takes pending aborts before it schedules a step, and the
+    prefill a `delay-freed` ends needs steps, which would prefill every other woken
+    request too: so an abort that is the stamp's first input about its request comes
+    first, as it can in vLLM; the model's order among one stamp's events is otherwise
+    not observable."""
+    saving = set()
+    first = {}
+    for i, ev in enumerate(events):
+        if ev["event"] in INPUTS:
+            first.setdefault(ev["request_id"], i)
+        following = events[i + 1] if i + 1 < len(events) else {}
+        if (
+            ev["event"] == "aborted"
+            and following.get("event") == "delay-freed"
+            and following.get("request_id") == ev["request_id"]
+        ):
+            saving.add(i)
+    early = [
+        i for i, ev in enumerate(events)
+        if ev["event"] == "aborted" and first[ev["request_id"]] == i
+    ]
+    late = [i for i in range(len(events)) if i not in early]
+    return [(events[i], i in saving) for i in early + late]
+
+
 class Player:
     """Plays one engine run and collects what vLLM did."""
 
@@ -373,8 +409,9 @@ class Player:
             ):
                 self.done.add(request_id)
 
-    def apply(self, step, event, request_id):
-        """A scheduler input of the log, through vLLM's own path."""
+    def apply(self, step, event, request_id, saving=False):
+        """A scheduler input of the log, through vLLM's own path. `saving`: an abort the
+        log follows with `delay-freed` (the connector saves while it loads)."""
         e = self.engine
         if event == "delay-freed" and e.prefill:
             if request_id not in self.facts:
@@ -398,8 +435,14 @@ class Player:
                 e.new_request(request_id)
                 self.facts[request_id] = "prefilling"
             self.observed.append([step, "aborted", request_id])
+            connector = e.scheduler.connector
+            if saving:
+                connector.saving.add(request_id)
             e.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+            connector.saving.discard(request_id)
             self.observe(step)
+            if request_id in connector.took_over and e.fact(request_id) != "absent":
+                self.observed.append([step, "delay-freed", request_id])
 
     def finish_prefill(self, step, request_id):
         """vLLM steps with no reports until it finishes the request's prefill: the
@@ -417,14 +460,13 @@ class Player:
         by_step = {}
         for ev in self.events:
             by_step.setdefault(int(ev["step"]), []).append(ev)
-        inputs = ("delay-freed", "waiting-for-remote-kvs", "aborted")
         where = "setup"
         try:
             for step in range(self.steps + 1):
                 where = f"scheduler input before step {step}"
-                for ev in by_step.get(step, []):
-                    if ev["event"] in inputs:
-                        self.apply(step, ev["event"], ev["request_id"])
+                for ev, saving in stamp_order(by_step.get(step, [])):
+                    if ev["event"] in INPUTS:
+                        self.apply(step, ev["event"], ev["request_id"], saving)
                 if step == self.steps:
                     break
                 where = f"step {step}"

@@ -62,6 +62,24 @@ pub enum PolicyName {
     Strict,
 }
 
+/// How the scheduler frees a finished request with a load and a save in flight (aborted
+/// during its own load, its connector saving while it loads, vLLM #46240): at the first
+/// completion naming it, receives first (vLLM 0.34's `_update_from_kv_xfer_finished`),
+/// so the second completion asserts; or once both have arrived (vLLM PR #56089, open).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbortedTransfers {
+    #[default]
+    FreeAtFirst,
+    FreeAfterAll,
+}
+
+impl AbortedTransfers {
+    fn is_default(&self) -> bool {
+        *self == AbortedTransfers::default()
+    }
+}
+
 impl PolicyName {
     pub fn policy(self) -> Policy {
         match self {
@@ -111,6 +129,10 @@ pub struct Header {
     pub pp_size: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcp_size: Option<u32>,
+    /// A scheduler that frees a request with a load and a save in flight after both
+    /// (`free-after-all`, vLLM PR #56089); absent, vLLM's first-completion free.
+    #[serde(default, skip_serializing_if = "AbortedTransfers::is_default")]
+    pub aborted_transfers: AbortedTransfers,
 }
 
 impl Header {
@@ -788,6 +810,7 @@ mod tests {
             tp_size: None,
             pp_size: None,
             pcp_size: None,
+            aborted_transfers: AbortedTransfers::FreeAtFirst,
         };
         assert_eq!(header.expected(), 4);
         header.finished_count = Some(0);

@@ -250,6 +250,7 @@ pub fn check_run(run: &str, options: &Options) -> Result<RunReport, InputError> 
         rank_files: files.clone(),
         scheduler_file: scheduler_file.clone(),
         grace_steps: options.grace_steps,
+        free_after_all: header.aborted_transfers == format::AbortedTransfers::FreeAfterAll,
         findings_per_clause_max: options.findings_per_clause_max,
     });
     let (steps, rank_bytes, events) = std::thread::scope(|scope| {

@@ -163,6 +163,15 @@ struct Tracked {
     aborted: bool,
     /// A `delay-freed` event was seen: sends may be reported.
     delayed: bool,
+    /// Its load is in flight (`waiting-for-remote-kvs`, and no wake-up, failure or free
+    /// since): a receive may be reported. Apart from [`Phase::Waiting`], because a
+    /// connector that saves while it loads delays an aborted loader's free for its save
+    /// (`delay-freed` after `aborted`), and both completions are then due.
+    loading: bool,
+    /// The step whose completion freed it: vLLM's scheduler forgets it there, though the
+    /// log's `freed` comes after the step, so a later completion in the same step finds
+    /// it gone (as `_update_from_kv_xfer_finished` does, receives first).
+    freed_at: Option<Step>,
     /// The event that put it in its phase.
     since: Option<(Step, Loc)>,
     flows: [Flow; 2],
@@ -234,6 +243,9 @@ pub struct Setup {
     pub rank_files: Vec<String>,
     pub scheduler_file: String,
     pub grace_steps: Step,
+    /// The scheduler frees a request with a load and a save in flight only once both
+    /// have completed (header `aborted_transfers = "free-after-all"`).
+    pub free_after_all: bool,
     /// Findings kept per (property, clause); the rest are counted.
     pub findings_per_clause_max: usize,
 }
@@ -338,6 +350,8 @@ impl Monitor {
                 phase: Phase::Unknown,
                 aborted: false,
                 delayed: false,
+                loading: false,
+                freed_at: None,
                 since: None,
                 flows: Default::default(),
             }),
@@ -372,7 +386,7 @@ impl Monitor {
             line,
         };
         let mut announce = None;
-        let mut retire = None;
+        let mut retire = Vec::new();
         let mut terminal = false;
         if event == EventKind::Freed && t.phase == Phase::Freed {
             let first = t.since;
@@ -389,16 +403,19 @@ impl Monitor {
             }
             EventKind::WaitingForRemoteKvs => {
                 t.phase = Phase::Waiting;
+                t.loading = true;
                 t.since = Some((step, loc));
                 announce = Some(Direction::Recving);
             }
             EventKind::Woken => {
                 t.phase = Phase::Running;
+                t.loading = false;
                 t.since = Some((step, loc));
                 terminal = engine == Engine::Decode;
             }
             EventKind::LoadFailed => {
                 t.phase = Phase::Failed;
+                t.loading = false;
                 t.since = Some((step, loc));
                 terminal = engine == Engine::Decode;
             }
@@ -407,12 +424,13 @@ impl Monitor {
                 // Freed without its completion: the scheduler overrode the connector (an
                 // abort), and the id is retired at once, as the model's scheduler does.
                 if t.phase == Phase::DelayFreed && t.flows[0].emitted.is_none() {
-                    retire = Some(Direction::Sending);
+                    retire.push(Direction::Sending);
                 }
-                if t.phase == Phase::Waiting && t.flows[1].emitted.is_none() {
-                    retire = Some(Direction::Recving);
+                if t.loading && t.flows[1].emitted.is_none() {
+                    retire.push(Direction::Recving);
                 }
                 t.phase = Phase::Freed;
+                t.loading = false;
                 t.since = Some((step, loc));
                 terminal = true;
             }
@@ -424,7 +442,7 @@ impl Monitor {
                 front.announce(direction, id)?;
             }
         }
-        if let Some(direction) = retire {
+        for direction in retire {
             let flow = &mut t.flows[index(direction)];
             if flow.announced {
                 flow.announced = false;
@@ -714,7 +732,8 @@ impl Monitor {
                 line: r.line,
             });
         }
-        for direction in DIRECTIONS {
+        // Receives first, as vLLM's scheduler handles them.
+        for direction in [Direction::Recving, Direction::Sending] {
             for &id in outcome.finished(direction) {
                 self.emission(step, &reports, direction, id);
             }
@@ -811,6 +830,35 @@ impl Monitor {
         let name = Arc::clone(&t.name);
         let phase = t.phase;
         let since = t.since;
+        // What `_update_from_kv_xfer_finished` does with the completion: a send frees a
+        // delay-freed request; a receive wakes a request waiting for its load, and frees
+        // a finished one (aborted while loading, or delay-freed) instead. Anything else,
+        // or a request a completion already freed, fails its assertion.
+        let freed_by = t.freed_at;
+        let known = freed_by.is_none()
+            && match direction {
+                Direction::Sending => phase == Phase::DelayFreed,
+                Direction::Recving => t.loading || phase == Phase::DelayFreed,
+            };
+        // A load and a save in flight (aborted while loading, its connector saving): a
+        // scheduler that frees after all waits for the other completion.
+        let other = match direction {
+            Direction::Sending => Direction::Recving,
+            Direction::Recving => Direction::Sending,
+        };
+        let waits = self.setup.free_after_all
+            && t.aborted
+            && t.loading
+            && t.delayed
+            && t.flows[index(other)].emitted.is_none();
+        let frees = !waits
+            && match direction {
+                Direction::Sending => phase == Phase::DelayFreed,
+                Direction::Recving => phase == Phase::DelayFreed || (t.loading && t.aborted),
+            };
+        if known && frees {
+            t.freed_at = Some(step);
+        }
         let flow = &mut t.flows[index(direction)];
         // The first emission is the one later reports and emissions are measured against.
         let previous = flow.emitted;
@@ -835,10 +883,7 @@ impl Monitor {
         } else {
             flow.reporters()
         };
-        let unknown = match direction {
-            Direction::Sending => phase != Phase::DelayFreed,
-            Direction::Recving => phase != Phase::Waiting,
-        };
+        let unknown = !known;
         if phase == Phase::Unknown {
             self.due.entry(step + grace).or_default().push(id);
         }
@@ -878,12 +923,13 @@ impl Monitor {
             });
         } else if unknown {
             let mut at = at.clone();
-            let since_text = match since {
-                Some((s, loc)) => {
+            let held = match (freed_by, since) {
+                (Some(s), _) => format!("freed by its other completion at step {s}"),
+                (None, Some((s, loc))) => {
                     at.push(self.at(loc));
-                    format!(" since before step {s}")
+                    format!("{} since before step {s}", phase.text())
                 }
-                None => String::new(),
+                (None, None) => phase.text().to_string(),
             };
             self.record(Finding {
                 property: "exactly-once",
@@ -894,8 +940,7 @@ impl Monitor {
                 ranks: completing.clone(),
                 at,
                 message: format!(
-                    "the aggregator emitted {name} in {direction} at step {step}, but {scheduler} does not hold it for that: it is {}{since_text} (vLLM asserts: engine crash)",
-                    phase.text()
+                    "the aggregator emitted {name} in {direction} at step {step}, but {scheduler} does not hold it for that: it is {held} (vLLM asserts: engine crash)"
                 ),
             });
         }

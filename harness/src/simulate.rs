@@ -14,7 +14,9 @@
 //! from how each request's P and D phases change between consecutive states.
 
 use kvcc_aggregator::{Step, WorkerOutput};
-use kvcc_conform::format::{Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION};
+use kvcc_conform::format::{
+    AbortedTransfers, Engine, EventKind, Header, PolicyName, RunWriter, FORMAT_VERSION,
+};
 use kvcc_model::checker::Checkable;
 use kvcc_model::config::{AggregatorPolicy, Connector};
 use kvcc_model::properties::{Kind, CLAUSES};
@@ -199,6 +201,10 @@ fn headers(model: &ContractModel) -> (Header, Header) {
         tp_size: Some(u32::from(c.prefill.tp)),
         pp_size: Some(u32::from(c.prefill.pp)),
         pcp_size: Some(u32::from(c.prefill.pcp)),
+        aborted_transfers: match c.scheduler.aborted_transfers {
+            kvcc_model::config::AbortedTransfers::FreeAtFirst => AbortedTransfers::FreeAtFirst,
+            kvcc_model::config::AbortedTransfers::FreeAfterAll => AbortedTransfers::FreeAfterAll,
+        },
     };
     let decode = Header {
         format_version: FORMAT_VERSION,
@@ -213,12 +219,22 @@ fn headers(model: &ContractModel) -> (Header, Header) {
         tp_size: Some(u32::from(c.decode.tp)),
         pp_size: None,
         pcp_size: None,
+        aborted_transfers: AbortedTransfers::FreeAtFirst,
     };
     (prefill, decode)
 }
 
 /// The scheduler events of one transition, per engine, from the request phases.
-fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut EngineLog) {
+/// `saves_while_loading`: P's connector saves while it loads
+/// (`prefill.saves-while-loading`), so an abort during P's own load hands the free to
+/// the connector, which vLLM's recorder logs as `delay-freed` (`_connector_finished`).
+fn events(
+    before: &State,
+    after: &State,
+    saves_while_loading: bool,
+    prefill: &mut EngineLog,
+    decode: &mut EngineLog,
+) {
     for r in 0..after.request_count() {
         let (a, b) = (&before.requests[r], &after.requests[r]);
         let request = r as RequestId;
@@ -229,6 +245,9 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
                 PrefillPhase::LoadingKv | PrefillPhase::Prefilling | PrefillPhase::DelayFreed
             ) {
                 prefill.event(EventKind::Aborted, request);
+                if saves_while_loading && a.prefill == PrefillPhase::LoadingKv {
+                    prefill.event(EventKind::DelayFreed, request);
+                }
             }
             if a.decode == DecodePhase::Loading {
                 decode.event(EventKind::Aborted, request);
@@ -286,6 +305,7 @@ fn events(before: &State, after: &State, prefill: &mut EngineLog, decode: &mut E
 pub struct Recorder {
     pub prefill: EngineLog,
     pub decode: EngineLog,
+    saves_while_loading: bool,
 }
 
 impl Recorder {
@@ -307,7 +327,11 @@ impl Recorder {
                 prefill.event(EventKind::WaitingForRemoteKvs, r as RequestId);
             }
         }
-        Recorder { prefill, decode }
+        Recorder {
+            prefill,
+            decode,
+            saves_while_loading: model.config.prefill.saves_while_loading,
+        }
     }
 
     /// Records the transition `before` → `after` and what its action handed the
@@ -319,7 +343,13 @@ impl Recorder {
         if let Some(outputs) = observation.decode_outputs {
             self.decode.record_step(outputs);
         }
-        events(before, after, &mut self.prefill, &mut self.decode);
+        events(
+            before,
+            after,
+            self.saves_while_loading,
+            &mut self.prefill,
+            &mut self.decode,
+        );
     }
 }
 

@@ -102,6 +102,16 @@ pub struct Prefill {
     /// loads): every worker loads its own copy and reports `finished_recving`.
     #[serde(default)]
     pub loads_kv: bool,
+    /// P's connector saves a request while it loads it, and delays the free of a request
+    /// aborted during its load for the save too: every P worker then reports the aborted
+    /// request in `finished_sending` (at its next step, its save done) as well as in
+    /// `finished_recving` once its load stops. LMCache does (kv_role kv_both: vLLM issue
+    /// #46240, where both land in one step; LMCache PR #4284), as any kv_both connector
+    /// whose `request_finished` delays an aborted request's free. vLLM 0.34's NIXL alone
+    /// does not: `nixl/pull_scheduler.py:request_finished` delays no free for a request
+    /// that did not stop normally. Needs `loads-kv`.
+    #[serde(default)]
+    pub saves_while_loading: bool,
     /// What a rank of a pipeline stage before the last returns each step (only with
     /// `pp` > 1): its connector part in an otherwise empty output, or nothing at all.
     #[serde(default)]
@@ -538,6 +548,25 @@ pub struct Scheduler {
     pub kv_load_failure_policy: KvLoadFailurePolicy,
     /// What either scheduler does with a completion for a request it has already freed.
     pub unknown_completion: UnknownCompletion,
+    /// When P's scheduler frees a request aborted with both a load and a save in flight
+    /// (`prefill.saves-while-loading`).
+    pub aborted_transfers: AbortedTransfers,
+}
+
+/// A request aborted while it loads and saves at once waits for two completions. vLLM
+/// 0.34's `_update_from_kv_xfer_finished` (v1/core/sched/scheduler.py) handles a step's
+/// `finished_recving` before its `finished_sending` and frees a finished request at the
+/// first of them (`_free_blocks`): the other then finds its id gone and asserts (vLLM
+/// issue #46240, open), and a save reported first frees blocks the load still writes.
+/// vLLM PR #56089 (open) tracks the two apart and frees only once both have arrived.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbortedTransfers {
+    /// The first completion frees it, receives first within a step (current vLLM).
+    #[default]
+    FreeAtFirst,
+    /// Freed once its load and its save have both completed (vLLM PR #56089).
+    FreeAfterAll,
 }
 
 /// A completion (`finished_sending`, `finished_recving`) naming a request the scheduler
@@ -874,6 +903,21 @@ impl Config {
                 );
             }
         }
+        if p.saves_while_loading && !p.loads_kv {
+            return err(
+                "prefill.saves-while-loading",
+                "a save during a load needs the load: set prefill.loads-kv = true".into(),
+            );
+        }
+        if p.saves_while_loading && self.scheduler.abort_loading == AbortLoading::FreeAtOnce {
+            // The connector takes over the free of an aborted loader for its save
+            // (`_free_request` ORs the connector's delay into the scheduler's), so an
+            // abort never frees it at once.
+            return err(
+                "scheduler.abort-loading",
+                "\"free-at-once\" cannot free a request whose connector saves while it loads (prefill.saves-while-loading): the connector delays its free for the save".into(),
+            );
+        }
         if p.tp % p.dcp != 0 {
             return err(
                 "prefill.dcp",
@@ -1107,6 +1151,7 @@ pub(crate) mod tests {
                 layout: PcpLayout::Replicated,
                 attention: Attention::Dense,
                 loads_kv: false,
+                saves_while_loading: false,
                 pp_stage_output: StageOutput::ConnectorOutput,
             },
             decode: Decode {

@@ -93,10 +93,20 @@ pub fn prefill_step(
             }
         }
         for &r in &output.finished_sending {
-            let delayed = matches!(
-                state.requests[usize::from(r)].prefill,
-                PrefillPhase::DelayFreed | PrefillPhase::Released | PrefillPhase::AbortFreed
-            );
+            let request = &state.requests[usize::from(r)];
+            // A save during a load delays the free of a request aborted while loading
+            // (`prefill.saves-while-loading`), whether or not its scheduler still holds it.
+            let saving = config.prefill.saves_while_loading
+                && request.aborted
+                && matches!(
+                    request.prefill,
+                    PrefillPhase::AbortedLoadingKv | PrefillPhase::Dropped
+                );
+            let delayed = saving
+                || matches!(
+                    request.prefill,
+                    PrefillPhase::DelayFreed | PrefillPhase::Released | PrefillPhase::AbortFreed
+                );
             if !delayed {
                 state.incidents.set(Incidents::SEND_WITHOUT_DELAY);
             }

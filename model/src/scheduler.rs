@@ -7,11 +7,13 @@
 //! the configured policies.
 
 use crate::config::{
-    AbortFinished, AbortLoading, AdmissionBehindSkipped, Config, Connector, FinalStepPreemption,
-    KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping, UnknownCompletion,
+    AbortFinished, AbortLoading, AbortedTransfers, AdmissionBehindSkipped, Config, Connector,
+    FinalStepPreemption, KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping,
+    UnknownCompletion,
 };
 use crate::state::{
-    DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, State, StorePhase,
+    DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
+    StorePhase,
 };
 use kvcc_aggregator::{Direction, StepOutcome};
 use smallvec::SmallVec;
@@ -200,15 +202,24 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
             request.decode = DecodePhase::Gone;
         }
         // P's own load in flight (kv_both): the same policy as an aborted load on D.
-        PrefillPhase::LoadingKv => match config.scheduler.abort_loading {
-            AbortLoading::DelayFree => request.prefill = PrefillPhase::AbortedLoadingKv,
-            AbortLoading::FreeAtOnce => {
-                request.prefill = PrefillPhase::Dropped;
-                state
-                    .prefill_aggregator_mut()
-                    .retire(Direction::Recving, &r);
+        PrefillPhase::LoadingKv => {
+            match config.scheduler.abort_loading {
+                AbortLoading::DelayFree => request.prefill = PrefillPhase::AbortedLoadingKv,
+                AbortLoading::FreeAtOnce => {
+                    request.prefill = PrefillPhase::Dropped;
+                    state
+                        .prefill_aggregator_mut()
+                        .retire(Direction::Recving, &r);
+                }
             }
-        },
+            // A connector saving while it loads delays the free for its save too, and
+            // each worker reports the save done at its next step.
+            if config.prefill.saves_while_loading {
+                for k in 0..state.topology().prefill_world {
+                    state.prefill_cell_mut(k, r).send = SendPhase::Done;
+                }
+            }
+        }
         PrefillPhase::DelayFreed if config.scheduler.abort_finished == AbortFinished::Free => {
             request.prefill = PrefillPhase::AbortFreed;
             state
@@ -317,14 +328,20 @@ fn completion_kills(config: &Config, forgotten: bool) -> bool {
 /// P's scheduler acts on an aggregated step.
 pub fn on_prefill_outcome(config: &Config, state: &mut State, outcome: &StepOutcome<RequestId>) {
     // Receives before sends, as `_update_from_kv_xfer_finished` handles them.
+    let after_all = config.scheduler.aborted_transfers == AbortedTransfers::FreeAfterAll;
     for &r in &outcome.finished_recving {
         note_emission(state, r, Request::EMITTED_LOAD);
         let request = &mut state.requests[usize::from(r)];
+        let save_awaited = config.prefill.saves_while_loading
+            && after_all
+            && request.emitted & Request::EMITTED_SEND == 0;
         if request.prefill == PrefillPhase::LoadingKv {
             request.prefill = PrefillPhase::Prefilling;
         } else if request.prefill == PrefillPhase::AbortedLoadingKv {
-            // Its load is over: the delayed free of the abort, nothing to send.
-            request.prefill = PrefillPhase::Dropped;
+            // Its load is over: the delayed free of the abort, unless its save is awaited.
+            if !save_awaited {
+                request.prefill = PrefillPhase::Dropped;
+            }
         } else if request.prefill == PrefillPhase::DelayFreed {
             // A finished request's load completion reads, to vLLM's scheduler, as an
             // aborted load's: it frees the blocks and forgets the request
@@ -346,6 +363,12 @@ pub fn on_prefill_outcome(config: &Config, state: &mut State, outcome: &StepOutc
             }
             // Judged: forget it, so that states differing only there merge again.
             state.requests[usize::from(r)].rescue = 0;
+        } else if request.prefill == PrefillPhase::AbortedLoadingKv {
+            // The save of a request aborted while loading: freed at once (current vLLM,
+            // over a load that may still write), or only once the load is over too.
+            if !after_all || request.emitted & Request::EMITTED_LOAD != 0 {
+                request.prefill = PrefillPhase::Dropped;
+            }
         } else if completion_kills(config, request.prefill.forgotten()) {
             state.incidents.set(Incidents::SEND_FOR_UNKNOWN);
         }

@@ -423,3 +423,62 @@ fn issue25_p_own_load_every_kv_both_trace_is_confirmed_and_the_old_models_run_pa
         "{out}"
     );
 }
+
+/// vLLM #46240: a request that loads and saves at once (a connector that saves while it
+/// loads takes over an aborted loader's free for its save) is aborted with both in
+/// flight. Both of the bug spec's traces are confirmed on vLLM 0.34, the one that
+/// breaks `exactly-once` by the AssertionError in `_update_from_kv_xfer_finished` that
+/// kills the engine. The spec's own simulated runs agree with vLLM event for event; its
+/// fixed twin (PR #56089's free after both completions, not in any vLLM release) parts
+/// from vLLM only where it frees later, as a stated departure.
+#[test]
+fn issue24_an_abort_with_a_load_and_a_save_in_flight_kills_vllm_as_the_model_says() {
+    if !vllm_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let bug = root().join("specs/vllm-46240-abort-load-and-save.toml");
+    let (code, _, err) = run(&[
+        "check",
+        &bug.display().to_string(),
+        "--all-traces",
+        "--trace-dir",
+        &traces.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for (clause, evidence) in [
+        (
+            "exactly-once__emitted-for-unknown-request",
+            "vLLM raised AssertionError at vllm/v1/core/sched/scheduler.py",
+        ),
+        (
+            "recv-after-stable__prefill-before-load-complete",
+            "vLLM's scheduler frees",
+        ),
+    ] {
+        let trace = traces.join(format!("vllm-46240-abort-load-and-save__{clause}.itf.json"));
+        let (code, out, err) = run(&["confirm", &trace.display().to_string()]);
+        assert_eq!(code, 0, "{clause}: {out}{err}");
+        assert!(out.contains("confirmed on vLLM 0.34.0"), "{clause}: {out}");
+        assert!(out.contains(evidence), "{clause}: {out}");
+        assert!(
+            out.contains("aborted req0 @0, delay-freed req0 @0"),
+            "{out}"
+        );
+    }
+    for (spec, departs) in [
+        ("specs/vllm-46240-abort-load-and-save.toml", false),
+        ("specs/vllm-46240-abort-load-and-save-fix.toml", true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, (code, out, err)) = simulate_and_confirm(&root().join(spec), &[], dir.path(), 30);
+        assert_eq!(code, 0, "{spec}: {out}{err}");
+        assert!(out.contains(", 0 part unexplained"), "{spec}: {out}");
+        let departed = out
+            .lines()
+            .filter(|l| l.contains("scheduler.aborted-transfers = \"free-after-all\""))
+            .count();
+        assert_eq!(departed > 0, departs, "{spec}: {out}");
+    }
+}

@@ -241,6 +241,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("prefill", "layout", &["\"replicated\"", "\"sharded\""]),
     ("prefill", "attention", &["\"dense\"", "\"mla\""]),
     ("prefill", "loads-kv", &["false", "true"]),
+    ("prefill", "saves-while-loading", &["false", "true"]),
     (
         "prefill",
         "pp-stage-output",
@@ -383,6 +384,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "scheduler",
         "unknown-completion",
         &["\"assert\"", "\"drop\""],
+    ),
+    (
+        "scheduler",
+        "aborted-transfers",
+        &["\"free-at-first\"", "\"free-after-all\""],
     ),
     (
         "delivery",

@@ -194,7 +194,7 @@ fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
         );
         return Ok(Exit::Finding);
     }
-    match evidence(clause.property, clause.kind, &played) {
+    match evidence(clause.property, clause.kind, death, &played) {
         Some(evidence) => {
             outln!("confirmed on vLLM {version}: {name}: {evidence}");
             Ok(Exit::Ok)
@@ -220,7 +220,8 @@ fn show(events: &[confirm::Event]) -> String {
 }
 
 /// What in vLLM's own state shows the violation, once its events agree with the model's.
-fn evidence(property: &str, kind: Kind, played: &[Played]) -> Option<String> {
+/// `death`: breaking the clause kills vLLM's engine, so its exception is the evidence.
+fn evidence(property: &str, kind: Kind, death: bool, played: &[Played]) -> Option<String> {
     let held: Vec<String> = played
         .iter()
         .flat_map(|p| {
@@ -263,8 +264,10 @@ fn evidence(property: &str, kind: Kind, played: &[Played]) -> Option<String> {
     let quiet = played.first().map_or(0, |p| p.quiet_steps);
     let after = format!(" after {quiet} quiet steps");
     let join = |v: Vec<String>, tail: &str| (!v.is_empty()).then(|| v.join("; ") + tail);
+    if death {
+        return join(died, "");
+    }
     match (property, kind) {
-        ("engine-survives", _) => join(died, ""),
         ("eventually-freed", _) => join(held, &after),
         ("eventually-woken", _) => join(waiting, &after),
         ("aggregator-drains", _) => join(counting, &after),

@@ -15,6 +15,7 @@ pub fn fix(pcp: u16, tp: u16) -> Config {
             layout: PcpLayout::Replicated,
             attention: Attention::Dense,
             loads_kv: false,
+            saves_while_loading: false,
             pp_stage_output: StageOutput::ConnectorOutput,
         },
         decode: Decode {
