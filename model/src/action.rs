@@ -29,9 +29,10 @@ pub enum Action {
     PrefillEngineSteps {
         output_lost: bool,
         announces_count: bool,
-        #[serde(default, skip_serializing_if = "StoresDone::is_empty")]
+        // Defaults read what trace format 2 left out.
+        #[serde(default)]
         stores_done: StoresDone,
-        #[serde(default, skip_serializing_if = "is_false")]
+        #[serde(default)]
         raised: bool,
     },
     /// P's scheduler preempts a prefilling request: its blocks go back to the pool and it
@@ -66,7 +67,7 @@ pub enum Action {
         handle: u16,
         request: RequestId,
         notification_lost: bool,
-        #[serde(default, skip_serializing_if = "is_false")]
+        #[serde(default)]
         notification_duplicated: bool,
     },
     /// One of the D notifications on their way to a P rank arrives
@@ -84,7 +85,7 @@ pub enum Action {
     /// raises.
     DecodeEngineSteps {
         output_lost: bool,
-        #[serde(default, skip_serializing_if = "is_false")]
+        #[serde(default)]
         raised: bool,
     },
     /// The client aborts a request (both schedulers hear of it).
@@ -147,8 +148,4 @@ impl Action {
             _ => None,
         }
     }
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }

@@ -1,9 +1,9 @@
 //! States and actions in vLLM's vocabulary, for traces, the explorer and reviewers.
 //!
-//! A state is described as a flat, ordered map of named facts (`P req0`, `P rank1 req0`,
-//! `P aggregator finished_sending`, ...), each a typed [`Value`]. Traces print only the
-//! facts a step changed, and the ITF trace format stores these maps, typed, as its
-//! states.
+//! A state is described once, as typed facts grouped by request, rank, read handle and
+//! aggregator ([`describe`]). Traces print them as a flat, ordered map of named facts
+//! (`P req0`, `P rank1 (replica) req0`, `P aggregator finished_sending`, ...; only those a
+//! step changed), and the ITF trace format stores the groups as maps of records.
 
 use crate::action::Action;
 use crate::config::{Config, Connector, ExpectedCount, FailedStep};
@@ -234,7 +234,12 @@ fn read(topology: &crate::topology::Topology, handle: u16) -> String {
 
 /// What a handle moves data by: D's read, or P's WRITE in push mode.
 pub fn transfer_noun(topology: &Topology) -> &'static str {
-    if topology.push {
+    transfer_noun_of(topology.push)
+}
+
+/// [`transfer_noun`], in push mode or not.
+pub fn transfer_noun_of(push: bool) -> &'static str {
+    if push {
         "WRITE"
     } else {
         "read"
@@ -303,6 +308,8 @@ pub fn action_name(action: &Action) -> &'static str {
 pub enum Value {
     /// A phase or a name, in vLLM's words.
     Text(String),
+    /// A request, printed `req0`.
+    Request(u8),
     Int(i64),
     /// Reports an aggregator still waits for: an integer, printed `N to go`.
     Remaining(i64),
@@ -334,6 +341,7 @@ impl std::fmt::Display for Value {
         }
         match self {
             Value::Text(s) => f.write_str(s),
+            Value::Request(r) => write!(f, "req{r}"),
             Value::Int(n) => write!(f, "{n}"),
             Value::Remaining(n) => write!(f, "{n} to go"),
             Value::Set(items) => joined(f, items.iter().map(|v| v.to_string()), ", "),
@@ -351,207 +359,410 @@ pub fn facts(state: &State) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Every fact of a state, by name, typed. Facts at their initial "nothing happened"
-/// value are still listed, so a diff shows every change.
+/// Every fact of a state, by name, typed (the flat view of [`describe`]). Facts at their
+/// initial "nothing happened" value are still listed, so a diff shows every change.
 pub fn values(state: &State) -> BTreeMap<String, Value> {
-    let t = state.topology();
-    let mut facts = BTreeMap::new();
-    for (i, q) in state.requests.iter().enumerate() {
-        facts.insert(format!("P req{i}"), Value::text(prefill_phase(q.prefill)));
-        facts.insert(
-            format!("P req{i} send metadata"),
-            Value::text(metadata(q.send_meta)),
-        );
-        if t.ordered_leases {
-            // The entries ahead of it in P's `_reqs_to_send`, which a head-only reaper
-            // walks in order.
-            facts.insert(
-                format!("P req{i} queued after"),
-                Value::Int(i64::from(q.queued_after)),
-            );
-        }
-        facts.insert(
-            format!("D req{i}"),
-            Value::text(decode_phase(q.decode, q.prefix_hit)),
-        );
-        facts.insert(
-            format!("D req{i} load metadata"),
-            Value::text(metadata(q.recv_meta)),
-        );
-        if t.decode_blocks.is_some() && q.decode.queued() {
-            // Its place in D's queues, which the scheduler's scan walks in order.
-            facts.insert(
-                format!("D req{i} queue place"),
-                Value::Int(i64::from(q.arrival)),
-            );
-        }
-        for rank in 0..t.prefill_world {
-            let cell = state.prefill_cell(rank, i as u8);
-            let role = if t.is_transfer(rank) {
-                ""
-            } else {
-                " (replica)"
-            };
-            let send = match cell.send {
-                SendPhase::InBatch => "in batch",
-                SendPhase::ToSend if t.leases => "to send (lease armed)",
-                SendPhase::ToSend => "to send (waiting for D's reads)",
-                SendPhase::Expired => {
-                    "lease expired, HELD: the reaper stops at an earlier live lease"
-                }
-                SendPhase::Done => "done, report pending",
-                SendPhase::Reported => "reported",
-                SendPhase::Cleared => {
-                    "reported, CLEARED by the connector (never reaches the aggregator)"
-                }
-                SendPhase::Silent => "silent",
-                SendPhase::ReportsAgain => {
-                    "reported, and a late notification makes it report again at its next step"
-                }
-                SendPhase::ReportedAgain => "reported twice",
-            };
-            facts.insert(format!("P rank{rank}{role} req{i}"), Value::text(send));
-            if t.is_transfer(rank) && t.push {
-                // Its own WRITEs done, of those it posts.
-                let done = handles_done(state, t.handles_reading(rank), i as u8);
-                facts.insert(format!("P rank{rank} req{i} writes done"), done_value(done));
-            } else if t.is_transfer(rank) {
-                // Notifications received of those expected.
-                facts.insert(
-                    format!("P rank{rank} req{i} notifications"),
-                    Value::Tup(vec![
-                        Value::Int(i64::from(cell.notifications)),
-                        Value::Int(i64::from(t.expected_consumers[usize::from(rank)])),
-                    ]),
-                );
-                if t.notifications_travel {
-                    facts.insert(
-                        format!("P rank{rank} req{i} notifications on their way"),
-                        Value::Int(i64::from(cell.in_flight)),
-                    );
-                    facts.insert(
-                        format!("P rank{rank} req{i} notifications dropped (unrecognized)"),
-                        Value::Int(i64::from(cell.dropped)),
-                    );
-                }
-            }
-            if cell.store != StorePhase::NotUsed {
-                facts.insert(
-                    format!("P rank{rank} req{i} offload store"),
-                    Value::text(format!("{:?}", cell.store).to_lowercase()),
-                );
-            }
-            if cell.stale_store != StaleStore::None {
-                facts.insert(
-                    format!("P rank{rank} req{i} store from before preemption"),
-                    Value::text(format!("{:?}", cell.stale_store).to_lowercase()),
-                );
-            }
-            if cell.load != LoadPhase::NotUsed {
-                facts.insert(
-                    format!("P rank{rank} req{i} load"),
-                    Value::text(format!("{:?}", cell.load).to_lowercase()),
-                );
-            }
-        }
-        for (h, plan) in t.handles.iter().enumerate() {
-            let phase = match state.handle(h, i as u8) {
-                HandlePhase::Reading if t.push => "writing (RDMA in flight)",
-                other => handle_phase(other),
-            };
-            let name = if t.push {
-                format!(
-                    "P rank{} WRITE into D rank{} req{i}",
-                    plan.source, plan.decoder
-                )
-            } else {
-                format!(
-                    "D rank{} read of P rank{} req{i}",
-                    plan.decoder, plan.source
-                )
-            };
-            facts.insert(name, Value::text(phase));
-        }
-        if t.push {
-            // P's notifications counted, of one per P rank writing into the D rank.
-            for d in 0..t.decode_world {
-                let done = handles_done(state, t.handles_of(d), i as u8);
-                facts.insert(
-                    format!("D rank{d} req{i} push notifications"),
-                    done_value(done),
-                );
-            }
-        }
-        for d in 0..t.decode_world {
-            let cell = match state.decode_cell(d, i as u8) {
-                DecodeCell::Idle => "idle",
-                DecodeCell::Loading => "loading",
-                DecodeCell::Done { failed: false } => "done, report pending",
-                DecodeCell::Done { failed: true } => "failed+done, report pending",
-                DecodeCell::Reported => "reported",
-                DecodeCell::Silent => "silent",
-                DecodeCell::ReportsAgain => "reported, repeats it at the next step",
-                DecodeCell::ReportedTwice => "reported twice",
-            };
-            facts.insert(format!("D rank{d} req{i}"), Value::text(cell));
-            let child = state.child_load(d, i as u8);
-            if child != LoadPhase::NotUsed {
-                facts.insert(
-                    format!("D rank{d} req{i} offloading child load"),
-                    Value::text(format!("{child:?}").to_lowercase()),
-                );
-            }
-        }
-    }
-    aggregator_facts(&mut facts, "P", &state.prefill_aggregator);
-    aggregator_facts(&mut facts, "D", &state.decode_aggregator);
-    if let (Some(free), Some(pool)) = (state.decode_blocks_free(), t.decode_blocks) {
-        facts.insert(
-            "D free blocks".into(),
-            Value::Tup(vec![
-                Value::Int(i64::from(free)),
-                Value::Int(i64::from(pool)),
-            ]),
-        );
-    }
-    facts.insert("incidents".into(), incidents(state.incidents));
-    facts
+    describe(state).values()
 }
 
-fn request(id: u8) -> Value {
-    Value::Text(format!("req{id}"))
+/// One fact of a record: `name` is its field in a typed reader's record (ITF), `label`
+/// what follows the record's own name in the flat view (`send metadata` in
+/// `P req0 send metadata`; empty for the record's main fact, `P req0`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub label: &'static str,
+    pub value: Slot,
+}
+
+/// A fact every state of every topology has, or one a state or its topology may lack
+/// (ITF writes the latter as Quint's `Option`, whichever it is, so its type never changes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Always(Value),
+    Maybe(Option<Value>),
+}
+
+impl Slot {
+    pub fn value(&self) -> Option<&Value> {
+        match self {
+            Slot::Always(v) => Some(v),
+            Slot::Maybe(v) => v.as_ref(),
+        }
+    }
+}
+
+fn field(name: &'static str, label: &'static str, value: Value) -> Field {
+    Field {
+        name,
+        label,
+        value: Slot::Always(value),
+    }
+}
+
+fn maybe(name: &'static str, label: &'static str, value: Option<Value>) -> Field {
+    Field {
+        name,
+        label,
+        value: Slot::Maybe(value),
+    }
+}
+
+/// A record of facts, in a fixed order of fields.
+pub type Record = Vec<Field>;
+
+/// Every fact of a state, grouped by what it belongs to: the one source of the flat,
+/// named facts traces print ([`Described::values`]) and of ITF's typed records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    /// P's scheduler, per request.
+    pub p_requests: Vec<Record>,
+    /// D's scheduler, per request.
+    pub d_requests: Vec<Record>,
+    /// Per P rank: whether it is a replica (under pcp; it sends nothing), and its facts
+    /// per request.
+    pub p_ranks: Vec<(bool, Vec<Record>)>,
+    /// Per D rank, its facts per request.
+    pub d_ranks: Vec<Vec<Record>>,
+    /// Per read handle (a WRITE in push mode): its P and D rank, and its phase per request.
+    pub transfers: Vec<Transfer>,
+    /// Whether handles are P's WRITEs (push mode) rather than D's reads.
+    pub push: bool,
+    /// P's aggregator, then D's.
+    pub aggregators: [Record; 2],
+    /// D's free blocks of its pool, when the pool is bounded.
+    pub d_free_blocks: Option<Value>,
+    pub incidents: Value,
+}
+
+/// One read handle (or WRITE): who moves KV from whom, and its phase per request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    pub p_rank: u16,
+    pub d_rank: u16,
+    pub phases: Vec<Value>,
+}
+
+impl Described {
+    /// The facts by name, as traces print them: `P req0`, `P rank1 (replica) req0`, ...;
+    /// a fact a state lacks is not listed.
+    pub fn values(&self) -> BTreeMap<String, Value> {
+        let mut facts = BTreeMap::new();
+        for (i, record) in self.p_requests.iter().enumerate() {
+            let name = format!("P req{i}");
+            add(&mut facts, name.clone(), &name, record);
+        }
+        for (i, record) in self.d_requests.iter().enumerate() {
+            let name = format!("D req{i}");
+            add(&mut facts, name.clone(), &name, record);
+        }
+        for (rank, (replica, requests)) in self.p_ranks.iter().enumerate() {
+            // The role is named on the rank's main fact only.
+            let role = if *replica { " (replica)" } else { "" };
+            for (i, record) in requests.iter().enumerate() {
+                add(
+                    &mut facts,
+                    format!("P rank{rank}{role} req{i}"),
+                    &format!("P rank{rank} req{i}"),
+                    record,
+                );
+            }
+        }
+        for (d, requests) in self.d_ranks.iter().enumerate() {
+            for (i, record) in requests.iter().enumerate() {
+                let name = format!("D rank{d} req{i}");
+                add(&mut facts, name.clone(), &name, record);
+            }
+        }
+        for t in &self.transfers {
+            for (i, phase) in t.phases.iter().enumerate() {
+                let name = if self.push {
+                    format!("P rank{} WRITE into D rank{} req{i}", t.p_rank, t.d_rank)
+                } else {
+                    format!("D rank{} read of P rank{} req{i}", t.d_rank, t.p_rank)
+                };
+                facts.insert(name, phase.clone());
+            }
+        }
+        for (engine, record) in ["P", "D"].iter().zip(&self.aggregators) {
+            add(
+                &mut facts,
+                String::new(),
+                &format!("{engine} aggregator"),
+                record,
+            );
+        }
+        if let Some(blocks) = &self.d_free_blocks {
+            facts.insert("D free blocks".into(), blocks.clone());
+        }
+        facts.insert("incidents".into(), self.incidents.clone());
+        facts
+    }
+}
+
+/// Adds `record`'s facts to `facts`: `main` names its main fact, `prefix` starts the
+/// others' names; a fact the state lacks is not added.
+fn add(facts: &mut BTreeMap<String, Value>, main: String, prefix: &str, record: &Record) {
+    for f in record {
+        let Some(value) = f.value.value() else {
+            continue;
+        };
+        let name = if f.label.is_empty() {
+            main.clone()
+        } else {
+            format!("{prefix} {}", f.label)
+        };
+        facts.insert(name, value.clone());
+    }
+}
+
+/// Every fact of a state, grouped by request, rank, handle and aggregator.
+pub fn describe(state: &State) -> Described {
+    let t = state.topology();
+    let requests = state.requests.len();
+    let text = |s: &str| Value::text(s);
+    let p_requests = state
+        .requests
+        .iter()
+        .map(|q| {
+            vec![
+                field("phase", "", text(prefill_phase(q.prefill))),
+                field(
+                    "send_metadata",
+                    "send metadata",
+                    text(&metadata(q.send_meta)),
+                ),
+                // The entries ahead of it in P's `_reqs_to_send`, which a head-only
+                // reaper walks in order.
+                maybe(
+                    "queued_after",
+                    "queued after",
+                    t.ordered_leases
+                        .then(|| Value::Int(i64::from(q.queued_after))),
+                ),
+            ]
+        })
+        .collect();
+    let d_requests = state
+        .requests
+        .iter()
+        .map(|q| {
+            vec![
+                field(
+                    "phase",
+                    "",
+                    Value::Text(decode_phase(q.decode, q.prefix_hit)),
+                ),
+                field(
+                    "load_metadata",
+                    "load metadata",
+                    text(&metadata(q.recv_meta)),
+                ),
+                // Its place in D's queues, which the scheduler's scan walks in order.
+                maybe(
+                    "queue_place",
+                    "queue place",
+                    (t.decode_blocks.is_some() && q.decode.queued())
+                        .then(|| Value::Int(i64::from(q.arrival))),
+                ),
+            ]
+        })
+        .collect();
+    let p_ranks = (0..t.prefill_world)
+        .map(|rank| {
+            let cells = (0..requests as u8)
+                .map(|i| prefill_cell_facts(state, rank, i))
+                .collect();
+            (!t.is_transfer(rank), cells)
+        })
+        .collect();
+    let d_ranks = (0..t.decode_world)
+        .map(|d| {
+            (0..requests as u8)
+                .map(|i| decode_cell_facts(state, d, i))
+                .collect()
+        })
+        .collect();
+    let transfers = t
+        .handles
+        .iter()
+        .enumerate()
+        .map(|(h, plan)| Transfer {
+            p_rank: plan.source,
+            d_rank: plan.decoder,
+            phases: (0..requests as u8)
+                .map(|i| {
+                    text(match state.handle(h, i) {
+                        HandlePhase::Reading if t.push => "writing (RDMA in flight)",
+                        other => handle_phase(other),
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    let d_free_blocks = match (state.decode_blocks_free(), t.decode_blocks) {
+        (Some(free), Some(pool)) => Some(Value::Tup(vec![
+            Value::Int(i64::from(free)),
+            Value::Int(i64::from(pool)),
+        ])),
+        _ => None,
+    };
+    Described {
+        p_requests,
+        d_requests,
+        p_ranks,
+        d_ranks,
+        transfers,
+        push: t.push,
+        aggregators: [
+            aggregator_facts(&state.prefill_aggregator),
+            aggregator_facts(&state.decode_aggregator),
+        ],
+        d_free_blocks,
+        incidents: incidents(state.incidents),
+    }
+}
+
+/// What P rank `rank` holds of request `i`: its send (in vLLM's words), what it counts
+/// of the transfer, and its offloading and own-load jobs.
+fn prefill_cell_facts(state: &State, rank: u16, i: u8) -> Record {
+    let t = state.topology();
+    let cell = state.prefill_cell(rank, i);
+    let send = match cell.send {
+        SendPhase::InBatch => "in batch",
+        SendPhase::ToSend if t.leases => "to send (lease armed)",
+        SendPhase::ToSend => "to send (waiting for D's reads)",
+        SendPhase::Expired => "lease expired, HELD: the reaper stops at an earlier live lease",
+        SendPhase::Done => "done, report pending",
+        SendPhase::Reported => "reported",
+        SendPhase::Cleared => "reported, CLEARED by the connector (never reaches the aggregator)",
+        SendPhase::Silent => "silent",
+        SendPhase::ReportsAgain => {
+            "reported, and a late notification makes it report again at its next step"
+        }
+        SendPhase::ReportedAgain => "reported twice",
+    };
+    let pull = t.is_transfer(rank) && !t.push;
+    let travel = pull && t.notifications_travel;
+    let lower = |phase: String| Value::Text(phase.to_lowercase());
+    vec![
+        field("send", "", Value::text(send)),
+        // Its own WRITEs done, of those it posts.
+        maybe(
+            "writes_done",
+            "writes done",
+            (t.is_transfer(rank) && t.push)
+                .then(|| done_value(handles_done(state, t.handles_reading(rank), i))),
+        ),
+        // Notifications received of those expected.
+        maybe(
+            "notifications",
+            "notifications",
+            pull.then(|| {
+                Value::Tup(vec![
+                    Value::Int(i64::from(cell.notifications)),
+                    Value::Int(i64::from(t.expected_consumers[usize::from(rank)])),
+                ])
+            }),
+        ),
+        maybe(
+            "notifications_on_their_way",
+            "notifications on their way",
+            travel.then(|| Value::Int(i64::from(cell.in_flight))),
+        ),
+        maybe(
+            "notifications_dropped_unrecognized",
+            "notifications dropped (unrecognized)",
+            travel.then(|| Value::Int(i64::from(cell.dropped))),
+        ),
+        maybe(
+            "offload_store",
+            "offload store",
+            (cell.store != StorePhase::NotUsed).then(|| lower(format!("{:?}", cell.store))),
+        ),
+        maybe(
+            "store_from_before_preemption",
+            "store from before preemption",
+            (cell.stale_store != StaleStore::None)
+                .then(|| lower(format!("{:?}", cell.stale_store))),
+        ),
+        maybe(
+            "load",
+            "load",
+            (cell.load != LoadPhase::NotUsed).then(|| lower(format!("{:?}", cell.load))),
+        ),
+    ]
+}
+
+/// What D rank `d` holds of request `i`: its load's report, the pushes counted, and its
+/// offloading child's load.
+fn decode_cell_facts(state: &State, d: u16, i: u8) -> Record {
+    let t = state.topology();
+    let recv = match state.decode_cell(d, i) {
+        DecodeCell::Idle => "idle",
+        DecodeCell::Loading => "loading",
+        DecodeCell::Done { failed: false } => "done, report pending",
+        DecodeCell::Done { failed: true } => "failed+done, report pending",
+        DecodeCell::Reported => "reported",
+        DecodeCell::Silent => "silent",
+        DecodeCell::ReportsAgain => "reported, repeats it at the next step",
+        DecodeCell::ReportedTwice => "reported twice",
+    };
+    let child = state.child_load(d, i);
+    vec![
+        field("recv", "", Value::text(recv)),
+        // P's notifications counted, of one per P rank writing into the D rank.
+        maybe(
+            "push_notifications",
+            "push notifications",
+            t.push
+                .then(|| done_value(handles_done(state, t.handles_of(d), i))),
+        ),
+        maybe(
+            "offloading_child_load",
+            "offloading child load",
+            (child != LoadPhase::NotUsed).then(|| Value::Text(format!("{child:?}").to_lowercase())),
+        ),
+    ]
 }
 
 /// E, each direction's open countdowns (request: reports to go) and the failed loads
 /// held back until their request completes.
-fn aggregator_facts(
-    facts: &mut BTreeMap<String, Value>,
-    engine: &str,
-    aggregator: &Aggregator<u8>,
-) {
-    facts.insert(
-        format!("{engine} aggregator E"),
-        Value::Int(i64::from(aggregator.expected())),
-    );
-    for direction in [Direction::Sending, Direction::Recving] {
-        let open = aggregator
-            .open_ids(direction)
-            .map(|id| {
-                let to_go = aggregator.remaining(direction, id).unwrap_or(0);
-                (request(*id), Value::Remaining(i64::from(to_go)))
-            })
-            .collect();
-        facts.insert(format!("{engine} aggregator {direction}"), Value::Map(open));
-    }
+fn aggregator_facts(aggregator: &Aggregator<u8>) -> Record {
+    let open = |direction| {
+        Value::Map(
+            aggregator
+                .open_ids(direction)
+                .map(|id| {
+                    let to_go = aggregator.remaining(direction, id).unwrap_or(0);
+                    (Value::Request(*id), Value::Remaining(i64::from(to_go)))
+                })
+                .collect(),
+        )
+    };
     let pending = aggregator
         .pending_failed()
         .iter()
-        .map(|&id| request(id))
+        .map(|&id| Value::Request(id))
         .collect();
-    facts.insert(
-        format!("{engine} aggregator failed_recving pending"),
-        Value::Set(pending),
-    );
+    vec![
+        field("E", "E", Value::Int(i64::from(aggregator.expected()))),
+        field(
+            "finished_sending",
+            "finished_sending",
+            open(Direction::Sending),
+        ),
+        field(
+            "finished_recving",
+            "finished_recving",
+            open(Direction::Recving),
+        ),
+        field(
+            "failed_recving_pending",
+            "failed_recving pending",
+            Value::Set(pending),
+        ),
+    ]
 }
 
 /// A D read handle's phase.

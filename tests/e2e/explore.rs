@@ -440,7 +440,7 @@ fn trace_steps(itf: &std::path::Path) -> Vec<(String, String)> {
         .iter()
         .map(|s| {
             (
-                s["action"]["action"].as_str().unwrap().to_string(),
+                s["mbt::actionTaken"].as_str().unwrap().to_string(),
                 s["#meta"]["description"].as_str().unwrap().to_string(),
             )
         })

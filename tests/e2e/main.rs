@@ -35,5 +35,6 @@ mod simulate_cli;
 mod simulate_closed_loop;
 mod terminal;
 mod traces;
+mod typed_itf;
 mod version;
 mod violated_cut;

@@ -104,7 +104,7 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
     assert_eq!(meta["property"], "eventually-freed");
     assert_eq!(meta["clause"], "delay-freed-request-never-freed");
     assert_eq!(meta["kvcc-version"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(meta["trace-format-version"], "2");
+    assert_eq!(meta["trace-format-version"], "3");
     assert_eq!(meta["command"], command.as_str());
     assert_eq!(meta["point"], "{}");
     // ITF's #meta holds strings only (the `itf` crate refuses anything else).
@@ -119,32 +119,48 @@ fn issue_4_seed_59325_trace_dir_writes_four_files_per_violation() {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert!(vars.contains(&"P req0"), "{vars:?}");
+    assert!(vars.contains(&"P_requests"), "{vars:?}");
     for (i, state) in states.iter().enumerate() {
         assert_eq!(state["#meta"]["index"], i);
         for var in &vars {
             assert!(state.get(*var).is_some(), "state {i} lacks {var}");
         }
     }
-    assert_eq!(states[0]["action"], serde_json::json!({"action": "init"}));
+    assert_eq!(
+        states[0]["action"],
+        serde_json::json!({"tag": "Init", "value": {"#tup": []}})
+    );
+    assert_eq!(states[0]["mbt::actionTaken"], "init");
     assert_eq!(
         states[1]["action"],
-        serde_json::json!({"action": "prefill-finishes", "request": {"#bigint": "0"}})
+        serde_json::json!({"tag": "PrefillFinishes", "value": {"request": {"#bigint": "0"}}})
     );
-    assert_eq!(states[8]["P req0"], "finished, free delayed (blocks held)");
+    assert_eq!(
+        states[1]["mbt::nondetPicks"]["request"],
+        serde_json::json!({"tag": "Some", "value": {"#bigint": "0"}})
+    );
+    let req0 = |state: &serde_json::Value, var: &str| state[var]["#map"][0].clone();
+    assert_eq!(
+        req0(&states[8], "P_requests")[0],
+        serde_json::json!({"#bigint": "0"})
+    );
+    assert_eq!(
+        req0(&states[8], "P_requests")[1]["phase"],
+        "finished, free delayed (blocks held)"
+    );
     // Counts are integers, open countdowns a map, held-back failures a set.
     assert_eq!(
-        states[0]["P aggregator E"],
+        states[0]["P_aggregator"]["E"],
         serde_json::json!({"#bigint": "2"})
     );
     assert_eq!(
-        states[0]["P aggregator failed_recving pending"],
+        states[0]["P_aggregator"]["failed_recving_pending"],
         serde_json::json!({"#set": []})
     );
     assert!(
-        states[8]["P aggregator finished_sending"]["#map"].is_array(),
+        states[8]["P_aggregator"]["finished_sending"]["#map"].is_array(),
         "{}",
-        states[6]
+        states[8]
     );
 }
 
@@ -168,10 +184,7 @@ fn itf_round_trip_replays_to_the_same_violation() {
     let config = spec.config(&kvcc::spec::point::Point::default()).unwrap();
     let model = ContractModel::new(config);
     let states = replay_path(&model, &loaded.actions, clause).expect("the trace reproduces");
-    let last: kvcc::trace::replay::ItfFacts = describe::values(states.last().unwrap())
-        .iter()
-        .map(|(name, value)| (name.clone(), kvcc::trace::itf::value_to_itf(value)))
-        .collect();
+    let last = kvcc::trace::itf::fact_vars(&describe::describe(states.last().unwrap()));
     assert_eq!(&last, loaded.facts.last().unwrap());
 }
 
@@ -207,7 +220,9 @@ fn issue_4_replay_after_switching_the_spec_to_the_fix_does_not_reproduce_exit_1(
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(stdout.starts_with("does not reproduce: "), "{stdout}");
     assert!(
-        stdout.contains("fact `P aggregator finished_sending`"),
+        stdout.contains(
+            "fact `P_aggregator.finished_sending` is `0: 1` in the trace but `-` in the model"
+        ),
         "{stdout}"
     );
 }
@@ -232,7 +247,8 @@ fn replay_of_an_edited_action_does_not_reproduce_exit_1() {
     let (_, trace) = traced_copy(dir.path());
     let mut doc = itf(&trace);
     // Step 2 becomes D's read, which is not even posted yet.
-    doc["states"][2]["action"] = serde_json::json!({"action": "read-completes", "handle": 0, "request": 0, "notification-lost": false});
+    doc["states"][2]["action"] = serde_json::json!({"tag": "ReadCompletes", "value":
+        {"handle": 0, "request": 0, "notification_lost": false, "notification_duplicated": false}});
     std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
     let (code, stdout, _) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}");
@@ -267,7 +283,7 @@ fn replay_input_errors_exit_2_naming_the_file() {
     );
 
     let mut doc = itf(&trace);
-    doc["states"][1]["action"] = serde_json::json!({"action": "prefill-explodes"});
+    doc["states"][1]["action"] = serde_json::json!({"tag": "PrefillExplodes", "value": {}});
     std::fs::write(&broken, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
     let (code, _, stderr) = run(&["replay", broken.to_str().unwrap()]);
     assert_eq!(code, 2);
@@ -349,9 +365,8 @@ fn replay_of_a_step_outside_the_topology_does_not_reproduce_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let (_, trace) = traced_copy(dir.path());
     let mut doc = itf(&trace);
-    doc["states"][2]["action"] = serde_json::json!(
-        {"action": "read-completes", "handle": 99, "request": 0, "notification-lost": false}
-    );
+    doc["states"][2]["action"] = serde_json::json!({"tag": "ReadCompletes", "value":
+        {"handle": 99, "request": 0, "notification_lost": false, "notification_duplicated": false}});
     std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
     let (code, stdout, stderr) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}{stderr}");
@@ -369,17 +384,25 @@ fn issue6_a_step_that_finds_stores_done_round_trips() {
     let name = format!("multi-offload-lost-output__{CLAUSE}");
     let doc = itf(&dir.path().join(format!("{name}.itf.json")));
     let int = |n: u32| serde_json::json!({"#bigint": n.to_string()});
-    let stores = serde_json::json!([
+    let stores = serde_json::json!({"#set": [
         {"rank": int(0), "request": int(0)},
         {"rank": int(1), "request": int(0)}
-    ]);
+    ]});
     let step = doc["states"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["action"]["stores-done"] == stores)
+        .find(|s| s["action"]["value"]["stores_done"] == stores)
         .expect("a step finds both stores done");
-    assert_eq!(step["P rank1 req0 offload store"], "stored");
+    assert_eq!(
+        step["mbt::nondetPicks"]["stores_done"],
+        serde_json::json!({"tag": "Some", "value": stores})
+    );
+    // P_ranks[1][0].offload_store
+    assert_eq!(
+        step["P_ranks"]["#map"][1][1]["#map"][0][1]["offload_store"],
+        serde_json::json!({"tag": "Some", "value": "stored"})
+    );
     let text = read(&dir.path().join(format!("{name}.txt")));
     assert!(
         text.contains("[offloading stores done by the poll: req0 on ranks 0, 1]"),
@@ -406,10 +429,15 @@ fn issue6_a_store_outside_the_topology_does_not_reproduce_exit_1() {
     let states = doc["states"].as_array_mut().unwrap();
     let step = states
         .iter_mut()
-        .find(|s| s["action"]["stores-done"].is_array())
+        .find(|s| {
+            s["action"]["value"]["stores_done"]["#set"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty())
+        })
         .expect("a step finds stores done");
     // A plain JSON integer is an ITF integer too.
-    step["action"]["stores-done"] = serde_json::json!([{"rank": 7, "request": 0}]);
+    step["action"]["value"]["stores_done"] =
+        serde_json::json!({"#set": [{"rank": 7, "request": 0}]});
     std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
     let (code, stdout, stderr) = run(&["replay", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}{stderr}");
@@ -428,36 +456,49 @@ fn itf_files(dir: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every trace the suite writes for the shipped specs and the fixtures it traces
+/// (`--all-traces`), then those kept under docs/: written once per test run, into the
+/// target's scratch directory, for every test that reads them all.
+pub fn every_trace() -> &'static [PathBuf] {
+    static TRACES: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    TRACES.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("every-trace");
+        let _ = std::fs::remove_dir_all(&dir);
+        let (code, _, stderr) = run(&[
+            "check",
+            "specs",
+            &fixture("seed-59325.toml"),
+            &fixture("seed-59325-matrix.toml"),
+            &fixture("multi-offload-lost-output.toml"),
+            "--trace-dir",
+            dir.to_str().unwrap(),
+            "--all-traces",
+            "--quiet",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let mut traces = Vec::new();
+        itf_files(&dir, &mut traces);
+        itf_files(&crate::common::root().join("docs"), &mut traces);
+        assert!(
+            traces.len() > 50,
+            "every violated clause of the matrix: {}",
+            traces.len()
+        );
+        traces
+    })
+}
+
 /// Issue 13: ITF traces load with the `itf` crate (the Rust reference reader, which
 /// refuses non-string `#meta` values and untyped integers in typed positions) and replay
 /// with kvcc: every trace of the shipped specs and of the fixtures the suite traces, and
 /// any trace kept under docs/.
 #[test]
 fn issue_13_every_trace_loads_with_the_itf_crate_and_replays() {
-    let dir = tempfile::tempdir().unwrap();
-    let (code, _, stderr) = run(&[
-        "check",
-        "specs",
-        &fixture("seed-59325.toml"),
-        &fixture("seed-59325-matrix.toml"),
-        &fixture("multi-offload-lost-output.toml"),
-        "--trace-dir",
-        dir.path().to_str().unwrap(),
-        "--all-traces",
-        "--quiet",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let mut traces = Vec::new();
-    itf_files(dir.path(), &mut traces);
-    itf_files(&crate::common::root().join("docs"), &mut traces);
-    assert!(
-        traces.len() > 50,
-        "every violated clause of the matrix: {}",
-        traces.len()
-    );
-    for path in &traces {
+    let traces = every_trace();
+    for path in traces {
         let text = read(path);
-        let trace = itf::trace_from_str::<itf::Value>(&text)
+        // Untyped: `typed_itf.rs` reads every trace into one typed struct.
+        let trace = serde_json::from_str::<itf::Trace<itf::Value>>(&text)
             .unwrap_or_else(|e| panic!("{}: the itf crate refuses it: {e:?}", path.display()));
         assert_eq!(trace.meta.format.as_deref(), Some("ITF"));
         assert!(trace.states.len() >= 2, "{}", path.display());
@@ -486,7 +527,7 @@ fn issue_13_every_trace_loads_with_the_itf_crate_and_replays() {
 fn the_itf_crate_refuses_non_string_meta() {
     let text = r##"{"#meta": {"format": "ITF", "clause-index": 17}, "vars": ["x"],
                    "states": [{"#meta": {"index": 0}, "x": "a"}]}"##;
-    assert!(itf::trace_from_str::<itf::Value>(text).is_err());
+    assert!(serde_json::from_str::<itf::Trace<itf::Value>>(text).is_err());
 }
 
 #[test]

@@ -273,15 +273,13 @@ fn steps(out: &mut String, site: &Site, walk: &Walk, verdict: Option<&Verdict>) 
         path::href(&[])
     );
     for (i, step) in walk.steps.iter().enumerate() {
-        let name = serde_json::to_value(step.action)
-            .ok()
-            .and_then(|v| v.get("action").and_then(|a| a.as_str()).map(str::to_string))
-            .unwrap_or_default();
+        // The name an ITF trace gives the step (its `action` tag, `mbt::actionTaken`).
+        let name = kvcc_model::describe::action_name(&step.action);
         let _ = writeln!(
             out,
             "<li data-step=\"{}\" data-action=\"{}\"{}><a href=\"{}\"><span class=\"n\">{}.</span> <span class=\"description\">{}</span></a></li>",
             i + 1,
-            escape(&name),
+            escape(name),
             mark(i + 1),
             path::href(&walk.indices[..=i]),
             i + 1,

@@ -1,11 +1,13 @@
 //! Counterexamples for people and tools, written four ways for every violated clause
 //! (`--trace-dir`): `NAME.txt` (numbered steps, only what changed), `NAME.md` (the same
 //! for a PR comment, with a Mermaid sequence diagram), `NAME.itf.json` (the Informal
-//! Trace Format, replayable with `kvcc replay`) and `NAME.sh` (the exact command that
-//! reproduces the run). NAME is `SPEC[__POINT]__PROPERTY__CLAUSE`.
+//! Trace Format, replayable with `kvcc replay`; `itf_v2` reads the format before it) and
+//! `NAME.sh` (the exact command that reproduces the run). NAME is
+//! `SPEC[__POINT]__PROPERTY__CLAUSE`.
 
 pub mod diagnosis;
 pub mod itf;
+pub mod itf_v2;
 pub mod markdown;
 pub mod replay;
 pub mod text;
@@ -22,9 +24,6 @@ use std::path::{Path, PathBuf};
 /// Named facts of one state, as text (`describe::facts`).
 pub type Facts = BTreeMap<String, String>;
 
-/// Named facts of one state, typed (`describe::values`), for ITF.
-pub type Values = BTreeMap<String, describe::Value>;
-
 /// One step of a counterexample.
 #[derive(Clone, Debug)]
 pub struct Step {
@@ -35,8 +34,8 @@ pub struct Step {
     pub events: Vec<narrate::Event>,
     /// Every fact after the step.
     pub facts: Facts,
-    /// The same facts, typed.
-    pub values: Values,
+    /// The same facts, typed and grouped, for ITF.
+    pub described: describe::Described,
     /// (fact, before, after) for the facts the step changed.
     pub changes: Vec<(String, String, String)>,
 }
@@ -50,7 +49,7 @@ impl Step {
             description: narrate::step(model.topology, &action, before, after),
             events: narrate::events(model.topology, &action, before, after),
             facts: describe::facts(after),
-            values: describe::values(after),
+            described: describe::describe(after),
             changes: describe::diff(before, after)
                 .into_iter()
                 .map(|(name, was, now)| (name, shown(was), shown(now)))
@@ -87,7 +86,7 @@ pub struct Trace {
     /// The command that opens the same case in the web explorer.
     pub explore_command: String,
     pub initial: Facts,
-    pub initial_values: Values,
+    pub initial_described: describe::Described,
     pub steps: Vec<Step>,
     /// Its faults, expiries and steps, and how it was chosen among the clause's.
     pub cost: Cost,
@@ -158,7 +157,7 @@ impl Trace {
             command,
             explore_command: explore.join(" "),
             initial,
-            initial_values: describe::values(&counterexample.initial),
+            initial_described: describe::describe(&counterexample.initial),
             steps,
             diagnosis,
             stuck,

@@ -3,7 +3,8 @@
 
 use crate::spec::point::Point;
 use crate::spec::Spec;
-use crate::trace::itf::{value_from_itf, value_to_itf, ItfTrace, ACTION_VAR, TRACE_FORMAT_VERSION};
+use crate::trace::itf::{self, ItfTrace, ACTION_VAR, READ_VERSIONS};
+use crate::trace::itf_v2::{self, value_from_itf, value_to_itf};
 use kvcc_model::checker::replay_path;
 use kvcc_model::properties::CLAUSES;
 use kvcc_model::InputError;
@@ -55,13 +56,16 @@ impl std::fmt::Display for Difference {
 /// A trace read and checked: its document, and each state's action and typed facts.
 pub struct Loaded {
     pub trace: ItfTrace,
+    /// Its `#meta.trace-format-version`, one of [`READ_VERSIONS`].
+    pub version: u32,
     /// The action of each step (the initial state has none).
     pub actions: Vec<Action>,
     /// Each state's facts, in ITF's typed forms.
     pub facts: Vec<ItfFacts>,
 }
 
-/// A state's facts as a trace stores them: name to ITF value.
+/// A state's facts as a trace stores them: variable to ITF value (format 2: a flat fact's
+/// name).
 pub type ItfFacts = BTreeMap<String, serde_json::Value>;
 
 /// Reads and checks the shape of an ITF trace; errors name the file, line and field.
@@ -91,12 +95,14 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, InputError> {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        if version != TRACE_FORMAT_VERSION.to_string() {
+        if !READ_VERSIONS.iter().any(|v| v.to_string() == version) {
+            let read: Vec<String> = READ_VERSIONS.iter().map(u32::to_string).collect();
             return Err(bad(
                 "#meta.trace-format-version",
                 format!(
-                    "version {version} is not read by kvcc {} (it reads {TRACE_FORMAT_VERSION}); re-run the reproduce command to write the trace again",
-                    crate::VERSION
+                    "version {version} is not read by kvcc {} (it reads {}); re-run the reproduce command to write the trace again",
+                    crate::VERSION,
+                    read.join(" and ")
                 ),
             ));
         }
@@ -129,20 +135,49 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, InputError> {
     if trace.states.is_empty() {
         return Err(bad("states", "has no state".into()));
     }
+    let version: u32 = trace
+        .meta
+        .trace_format_version
+        .parse()
+        .ok()
+        .filter(|v| READ_VERSIONS.contains(v))
+        .ok_or_else(|| {
+            bad(
+                "#meta.trace-format-version",
+                format!(
+                    "`{}` is not a version kvcc reads",
+                    trace.meta.trace_format_version
+                ),
+            )
+        })?;
     let mut actions = Vec::new();
     let mut facts = Vec::new();
     for (i, state) in trace.states.iter().enumerate() {
         let field = format!("states[{i}].{ACTION_VAR}");
-        match (i, state.action().map_err(|m| bad(&field, m))?) {
+        match (i, state.action(version).map_err(|m| bad(&field, m))?) {
             (0, Some(_)) => return Err(bad(&field, "the initial state has no action".into())),
             (0, None) => {}
             (_, None) => return Err(bad(&field, "missing".into())),
             (_, Some(action)) => actions.push(action),
         }
-        facts.push(state.facts().map_err(|m| bad(&format!("states[{i}]"), m))?);
+        let state_facts = state.facts();
+        if version == itf_v2::VERSION {
+            // Each checked to be a value kvcc writes.
+            for (name, v) in &state_facts {
+                value_from_itf(v)
+                    .map_err(|m| bad(&format!("states[{i}]"), format!("`{name}`: {m}")))?;
+            }
+        } else if let Some(var) = itf::FACT_VARS
+            .iter()
+            .find(|v| !state_facts.contains_key(**v))
+        {
+            return Err(bad(&format!("states[{i}].{var}"), "missing".into()));
+        }
+        facts.push(state_facts);
     }
     Ok(Loaded {
         trace,
+        version,
         actions,
         facts,
     })
@@ -152,6 +187,7 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, InputError> {
 pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, InputError> {
     let Loaded {
         trace,
+        version,
         actions,
         facts: recorded,
     } = load(file)?;
@@ -187,7 +223,7 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
             step + 1
         )));
     }
-    let difference = first_difference(&model, &actions, &recorded);
+    let difference = first_difference(&model, version, &actions, &recorded);
     let name = format!("{}: {}", CLAUSES[clause].property, CLAUSES[clause].clause);
     Ok(match (replay_path(&model, &actions, clause), difference) {
         (Ok(_), None) => Replayed::Reproduces {
@@ -348,15 +384,22 @@ pub(crate) fn in_topology(model: &ContractModel, action: &Action) -> bool {
 }
 
 /// `value` (read from ITF, where every integer is an `Int`) with the integers that `like`
-/// (the model's value of the same fact) holds as reports to go made `Remaining` again.
+/// (the model's value of the same fact) holds as reports to go made `Remaining` again,
+/// and those it holds as requests `Request`.
 fn retyped(like: &describe::Value, value: describe::Value) -> describe::Value {
     use describe::Value;
     let first = |items: &[Value]| items.first().cloned();
     match (like, value) {
         (Value::Remaining(_), Value::Int(n)) => Value::Remaining(n),
+        // Format 3 writes a request as its number.
+        (Value::Request(_), Value::Int(n)) => u8::try_from(n).map_or(Value::Int(n), Value::Request),
         (Value::Map(pairs), Value::Map(got)) => Value::Map(
             got.into_iter()
                 .map(|(k, v)| {
+                    let k = match pairs.first() {
+                        Some((lk, _)) => retyped(lk, k),
+                        None => k,
+                    };
                     let like = pairs
                         .iter()
                         .find(|(lk, _)| *lk == k)
@@ -392,9 +435,10 @@ fn retyped(like: &describe::Value, value: describe::Value) -> describe::Value {
 }
 
 /// Steps the model through `actions` while they are enabled and compares each state's
-/// facts with the recorded ones.
+/// facts with the recorded ones, encoded as the trace's format `version` encodes them.
 fn first_difference(
     model: &ContractModel,
+    version: u32,
     actions: &[Action],
     recorded: &[ItfFacts],
 ) -> Option<Difference> {
@@ -411,38 +455,171 @@ fn first_difference(
             }
             state = model.apply(&state, action)?;
         }
-        // Compared as the trace stores them, in ITF's forms.
-        let replayed: ItfFacts = describe::values(&state)
-            .iter()
-            .map(|(name, value)| (name.clone(), value_to_itf(value)))
-            .collect();
-        let names: BTreeSet<&String> = facts.keys().chain(replayed.keys()).collect();
-        // A fact a state does not have is written as the empty string.
-        let absent = serde_json::Value::from("");
-        // Printed as the trace's text prints them: ITF keeps an integer, not what it
-        // counts, so the model's value of the same fact says which integers are `N to go`.
-        let typed = describe::values(&state);
-        let text = |name: &str, json: &serde_json::Value| {
-            value_from_itf(json).map_or_else(
-                |_| json.to_string(),
-                |v| match typed.get(name) {
-                    Some(like) => retyped(like, v).to_string(),
-                    None => v.to_string(),
-                },
-            )
+        let difference = if version == itf_v2::VERSION {
+            flat_difference(&state, facts)
+        } else {
+            let described = describe::describe(&state);
+            typed_difference(&described, &itf::fact_vars(&described), facts)
         };
-        for name in names {
-            let want = facts.get(name).unwrap_or(&absent);
-            let got = replayed.get(name).unwrap_or(&absent);
-            if want != got {
-                return Some(Difference {
-                    step,
-                    fact: name.clone(),
-                    trace: text(name, want),
-                    model: text(name, got),
-                });
-            }
+        if let Some((fact, trace, model)) = difference {
+            return Some(Difference {
+                step,
+                fact,
+                trace,
+                model,
+            });
         }
     }
     None
+}
+
+/// Format 2: the first flat fact that differs, (name, in the trace, in the model).
+fn flat_difference(
+    state: &kvcc_model::State,
+    facts: &ItfFacts,
+) -> Option<(String, String, String)> {
+    // Compared as the trace stores them, in ITF's forms.
+    let typed = describe::values(state);
+    let replayed: ItfFacts = typed
+        .iter()
+        .map(|(name, value)| (name.clone(), value_to_itf(value)))
+        .collect();
+    let names: BTreeSet<&String> = facts.keys().chain(replayed.keys()).collect();
+    // A fact a state does not have is written as the empty string.
+    let absent = serde_json::Value::from("");
+    // Printed as the trace's text prints them: ITF keeps an integer, not what it
+    // counts, so the model's value of the same fact says which integers are `N to go`.
+    let text = |name: &str, json: &serde_json::Value| {
+        value_from_itf(json).map_or_else(
+            |_| json.to_string(),
+            |v| match typed.get(name) {
+                Some(like) => retyped(like, v).to_string(),
+                None => v.to_string(),
+            },
+        )
+    };
+    let difference = names.into_iter().find_map(|name| {
+        let want = facts.get(name).unwrap_or(&absent);
+        let got = replayed.get(name).unwrap_or(&absent);
+        (want != got).then(|| (name.clone(), text(name, want), text(name, got)))
+    });
+    difference
+}
+
+/// Format 3: the first place where a variable differs, as a path into it
+/// (`P_ranks[1][0].send`), with both values there printed as the trace's text prints the
+/// fact (the model's value of it says which integers are requests and which reports to
+/// go), or as ITF JSON where the model has no such fact.
+fn typed_difference(
+    described: &describe::Described,
+    replayed: &ItfFacts,
+    facts: &ItfFacts,
+) -> Option<(String, String, String)> {
+    let absent = serde_json::Value::String(String::new());
+    let names: BTreeSet<&String> = facts.keys().chain(replayed.keys()).collect();
+    names.into_iter().find_map(|name| {
+        let want = facts.get(name).unwrap_or(&absent);
+        let got = replayed.get(name).unwrap_or(&absent);
+        (want != got).then(|| {
+            let (place, want, got) = innermost(Place::new(name), want, got);
+            let like = model_value(described, &place);
+            (place.path, shown(want, like), shown(got, like))
+        })
+    })
+}
+
+/// A place in a format-3 state: its variable, the map keys (request, rank, handle) taken
+/// down to a record, and the record's field.
+struct Place {
+    path: String,
+    variable: String,
+    keys: Vec<usize>,
+    field: Option<String>,
+}
+
+impl Place {
+    fn new(variable: &str) -> Place {
+        Place {
+            path: variable.to_string(),
+            variable: variable.to_string(),
+            keys: Vec::new(),
+            field: None,
+        }
+    }
+}
+
+/// Where two differing values differ: down the maps keyed by request, rank and handle
+/// (same keys, same order) to the record field that differs; the field's value is a
+/// fact, compared whole.
+fn innermost<'a>(
+    mut place: Place,
+    want: &'a serde_json::Value,
+    got: &'a serde_json::Value,
+) -> (Place, &'a serde_json::Value, &'a serde_json::Value) {
+    if place.field.is_some() {
+        return (place, want, got);
+    }
+    let entries = |v: &'a serde_json::Value| v.get("#map").and_then(|m| m.as_array());
+    if let (Some(a), Some(b)) = (entries(want), entries(got)) {
+        if a.len() == b.len() {
+            let differing = a.iter().zip(b).find(|(x, y)| x != y);
+            if let Some((x, y)) = differing.filter(|(x, y)| x.get(0) == y.get(0)) {
+                if let Some(key) = x[0]["#bigint"].as_str().and_then(|k| k.parse().ok()) {
+                    place.path += &format!("[{key}]");
+                    place.keys.push(key);
+                    return innermost(place, &x[1], &y[1]);
+                }
+            }
+        }
+    } else if let (Some(a), Some(b)) = (want.as_object(), got.as_object()) {
+        let same_keys = a.len() == b.len() && a.keys().all(|k| b.contains_key(k));
+        let record = !a.keys().any(|k| k.starts_with('#')) && !a.contains_key("tag");
+        if same_keys && record {
+            if let Some((k, x)) = a.iter().find(|(k, x)| b[*k] != **x) {
+                place.path += &format!(".{k}");
+                place.field = Some(k.clone());
+                return innermost(place, x, &b[k]);
+            }
+        }
+    }
+    (place, want, got)
+}
+
+/// The model's fact at `place`, typed.
+fn model_value<'a>(d: &'a describe::Described, place: &Place) -> Option<&'a describe::Value> {
+    let in_record = |record: &'a describe::Record| {
+        let field = place.field.as_deref()?;
+        record.iter().find(|f| f.name == field)?.value.value()
+    };
+    let keys = &place.keys;
+    match (place.variable.as_str(), keys.as_slice()) {
+        ("P_requests", [r]) => in_record(d.p_requests.get(*r)?),
+        ("D_requests", [r]) => in_record(d.d_requests.get(*r)?),
+        ("P_ranks", [rank, r]) => in_record(d.p_ranks.get(*rank)?.1.get(*r)?),
+        ("D_ranks", [rank, r]) => in_record(d.d_ranks.get(*rank)?.get(*r)?),
+        ("transfers", [h, r]) if place.field.as_deref() == Some("phase") => {
+            d.transfers.get(*h)?.phases.get(*r)
+        }
+        ("P_aggregator", []) => in_record(&d.aggregators[0]),
+        ("D_aggregator", []) => in_record(&d.aggregators[1]),
+        ("D_free_blocks", []) => d.d_free_blocks.as_ref(),
+        ("incidents", []) => Some(&d.incidents),
+        _ => None,
+    }
+}
+
+/// A format-3 value as a trace's text prints the fact (`None` as absent), typed like the
+/// model's value of it; its JSON when it is no value kvcc writes.
+fn shown(v: &serde_json::Value, like: Option<&describe::Value>) -> String {
+    match (v["tag"].as_str(), v.get("value")) {
+        (Some("Some"), Some(inner)) => shown(inner, like),
+        (Some("None"), _) => String::new(),
+        _ => value_from_itf(v).map_or_else(
+            |_| v.to_string(),
+            |v| match like {
+                Some(like) => retyped(like, v).to_string(),
+                None => v.to_string(),
+            },
+        ),
+    }
 }
