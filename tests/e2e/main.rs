@@ -5,6 +5,7 @@
 mod common;
 
 mod actionlint;
+mod annotations;
 mod atomic;
 mod bench;
 mod check;

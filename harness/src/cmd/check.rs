@@ -5,7 +5,7 @@ use crate::interrupt::{self, Interrupt};
 use crate::out::outln;
 use crate::progress::Progress;
 use crate::report::json::{self, Position, RunIdentity, RunSettings};
-use crate::report::{self, Output};
+use crate::report::{self, github, Output};
 use crate::run::{self, Observed, Outcome, Settings};
 use crate::shard::{self, Shard};
 use crate::spec::point::{value_text, Selector};
@@ -109,7 +109,9 @@ pub struct Args {
     pub trace_dir: Option<String>,
     /// Run only the I-th of N slices of the checks (1-based), balanced by estimated cost:
     /// N runners with `--shard 1/N` .. `N/N` run every check once; `kvcc merge` combines
-    /// their `--format json` output into one report, JUnit and exit code.
+    /// their `--format json` output into one report, JUnit and exit code. Under GitHub
+    /// Actions a shard writes no annotations or job summary: `kvcc merge` writes them,
+    /// once, for the whole run.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
     /// Print only the checks whose verdict differs from the expectation and the summary
@@ -131,6 +133,7 @@ pub fn exec(args: Args) -> Exit {
         sarif: args.sarif.clone(),
         quiet: args.quiet,
         trace_dir: args.trace_dir.clone(),
+        github: github::active() && args.shard.is_none(),
     };
     let plan = match plan(&args.paths, &args.points) {
         Ok(plan) => plan,

@@ -3,7 +3,7 @@
 use crate::cmd::check::Format;
 use crate::out::outln;
 use crate::report::json::{self, Checked, Position, Read, RunIdentity};
-use crate::report::{self, Output};
+use crate::report::{self, github, Output};
 use crate::run::Outcome;
 use crate::spec::point::Selector;
 use crate::spec::Spec;
@@ -79,6 +79,7 @@ pub fn exec(args: Args) -> Exit {
         sarif: args.sarif.clone(),
         quiet: args.quiet,
         trace_dir: None,
+        github: github::active(),
     };
     let mut entries: Vec<Entry> = Vec::new();
     let mut errors: Vec<InputError> = Vec::new();

@@ -26,6 +26,11 @@ pub struct Output {
     pub quiet: bool,
     /// `--trace-dir`, to say where the traces went.
     pub trace_dir: Option<String>,
+    /// Annotations and a job summary, when under GitHub Actions ([`github::active`]). Off
+    /// for a shard (`check --shard`): `kvcc merge` annotates and summarises the whole run,
+    /// and annotations from the shards' jobs too would mark each mismatch twice in the
+    /// workflow run (issue 27).
+    pub github: bool,
 }
 
 /// `3 checks: 2 as expected, 1 mismatched`.
@@ -67,9 +72,14 @@ pub fn collision_note(outcomes: &[Outcome]) -> Option<String> {
 /// Prints errors the way every kvcc command does, compiler-style on stderr; under GitHub
 /// Actions also an `::error` annotation at the file and line.
 pub fn print_errors(errors: &[InputError]) {
+    print_errors_annotated(errors, github::active());
+}
+
+/// [`print_errors`], with the annotations only when `annotate`.
+fn print_errors_annotated(errors: &[InputError], annotate: bool) {
     for error in errors {
         anstream::eprintln!("{}", diagnostic::render(error, true));
-        if let (true, Some(file)) = (github::active(), &error.file) {
+        if let (true, Some(file)) = (annotate, &error.file) {
             let line = error.at.map_or(1, |(line, _)| line);
             let mut message = match &error.field {
                 Some(field) => format!("{field}: {}", error.message),
@@ -92,7 +102,7 @@ pub fn print_errors(errors: &[InputError]) {
 /// that checked the outcomes, which the JUnit report names.
 pub fn finish(out: &Output, build: &Build, outcomes: &[Outcome], errors: &[InputError]) -> Exit {
     if !errors.is_empty() {
-        print_errors(errors);
+        print_errors_annotated(errors, out.github);
         if out.json {
             for error in errors {
                 outln!("{}", json::error_line(error));
@@ -108,7 +118,7 @@ pub fn finish(out: &Output, build: &Build, outcomes: &[Outcome], errors: &[Input
             }
         }
     }
-    if github::active() {
+    if out.github {
         for line in github::annotations(outcomes) {
             // stdout stays JSON lines with --format json; the runner reads both streams.
             if out.json {
