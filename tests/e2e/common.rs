@@ -147,3 +147,16 @@ pub fn shipped_specs() -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// This machine's Rust target (`rustc -vV`'s host), which release archives are named by.
+pub fn host() -> String {
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc runs");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    text.lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_string()
+}

@@ -6,11 +6,13 @@
 //! twins: a binary that is not the commit the workflow asks for, and a target this machine
 //! cannot run, are refused. It runs after the suite, alone (`.ci/run`).
 
-use crate::common::{fixture, output, root};
+use crate::common::{fixture, host, output, root};
 use std::path::Path;
 use std::process::Command;
 
-fn release_build(dist: &Path, target: Option<&str>, expect_commit: Option<&str>) -> (i32, String) {
+/// Runs scripts/release-build.sh for `target`, into `dist`, with `expect` (the release
+/// workflow's KVCC_EXPECT_COMMIT and KVCC_EXPECT_TAG) set.
+fn release_build(dist: &Path, target: Option<&str>, expect: &[(&str, &str)]) -> (i32, String) {
     // At the lowest priority: a release build (fat LTO) takes minutes of CPU, and the
     // suite's tests that run beside it have deadlines of their own.
     let mut command = Command::new("nice");
@@ -21,10 +23,9 @@ fn release_build(dist: &Path, target: Option<&str>, expect_commit: Option<&str>)
         .env("KVCC_DIST_DIR", dist)
         .env("CARGO_TARGET_DIR", root().join("target/release-test"))
         .env_remove("KVCC_EXPECT_COMMIT")
+        .env_remove("KVCC_EXPECT_TAG")
+        .envs(expect.iter().copied())
         .current_dir(root());
-    if let Some(commit) = expect_commit {
-        command.env("KVCC_EXPECT_COMMIT", commit);
-    }
     // Not `common::output`: its deadline is for one kvcc run, and a cold release build
     // (fat LTO) takes minutes on two cores. cargo bounds the build.
     let out = command.output().expect("bash runs");
@@ -36,15 +37,6 @@ fn release_build(dist: &Path, target: Option<&str>, expect_commit: Option<&str>)
     (out.status.code().expect("exits with a code"), log)
 }
 
-fn host() -> String {
-    let out = Command::new("rustc").arg("-vV").output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .expect("rustc -vV names the host")
-        .to_string()
-}
-
 /// Ignored in the parallel suite, where minutes of fat-LTO build pushed a vLLM test past
 /// its deadline here; `.ci/run` runs it alone after the suite:
 /// `cargo test -p kvcc-e2e --test e2e -- --ignored release::`.
@@ -53,7 +45,7 @@ fn host() -> String {
 fn issue27_the_release_build_packages_this_machines_binary() {
     let dir = tempfile::tempdir().unwrap();
     let dist = dir.path().join("dist");
-    let (code, log) = release_build(&dist, None, None);
+    let (code, log) = release_build(&dist, None, &[]);
     assert_eq!(code, 0, "{log}");
     let name = format!("kvcc-{}", host());
     let archive = format!("{name}.tar.gz");
@@ -112,17 +104,29 @@ fn issue27_the_release_build_packages_this_machines_binary() {
 
     // The workflow asks for the tagged commit: another is refused.
     let zeros = "0000000000000000000000000000000000000000";
-    let (code, log) = release_build(&dir.path().join("refused"), None, Some(zeros));
+    let expect = [("KVCC_EXPECT_COMMIT", zeros)];
+    let (code, log) = release_build(&dir.path().join("refused"), None, &expect);
     assert_eq!(code, 1, "{log}");
     assert!(
         log.contains(&format!("must be commit {zeros} from a clean tree")),
         "{log}"
     );
     assert!(!dir.path().join("refused").exists(), "nothing packaged");
+    // A tag must name the version the binary says (the Action checks a download by it).
+    let expect = [("KVCC_EXPECT_TAG", "v9.9.9")];
+    let (code, log) = release_build(&dir.path().join("refused"), None, &expect);
+    assert_eq!(code, 1, "{log}");
+    let error = format!("the release v9.9.9 must be kvcc 9.9.9 (the version in Cargo.toml), and the binary says: kvcc {} (", kvcc::VERSION);
+    assert!(log.contains(&error), "{log}");
+    assert!(!dir.path().join("refused").exists(), "nothing packaged");
+    let tag = format!("v{}", kvcc::VERSION);
+    let expect = [("KVCC_EXPECT_TAG", tag.as_str())];
+    let (code, log) = release_build(&dir.path().join("tagged"), None, &expect);
+    assert_eq!(code, 0, "the tag of its version is accepted: {log}");
 
     // The man pages and completions come from running the binary: another target is
     // refused before anything is built.
-    let (code, log) = release_build(&dist, Some("riscv64gc-unknown-linux-gnu"), None);
+    let (code, log) = release_build(&dist, Some("riscv64gc-unknown-linux-gnu"), &[]);
     assert_eq!(code, 2, "{log}");
     assert!(log.contains("builds for the machine it runs on"), "{log}");
 }
