@@ -304,8 +304,8 @@ enum Shows {
     FreedWhereKept,
     /// The model frees a request aborted with a load and a save in flight once both have
     /// completed; vLLM frees it at the first (its event a free the model does not log
-    /// yet), and when both come in one step its second completion asserts (the model's
-    /// events a free that vLLM's dead step never logs).
+    /// yet), and when both come in one step its second completion asserts (the model
+    /// logs a free, and whatever else that step does, which vLLM's dead step never logs).
     FreedAtFirstCompletion,
 }
 
@@ -428,9 +428,15 @@ impl Departure {
                     .note
                     .as_deref()
                     .is_some_and(|n| n.contains("AssertionError"));
-                model_extra.iter().all(frees)
+                // Freed at the first completion, in a step of its own; or both in one
+                // step, where vLLM's engine dies at the second and nothing the model logs
+                // after it in that step (other requests' events too) happens in vLLM.
+                let first_freed = !vllm_extra.is_empty()
                     && vllm_extra.iter().all(frees)
-                    && (!vllm_extra.is_empty() || (asserted && !model_extra.is_empty()))
+                    && model_extra.iter().all(frees);
+                let second_asserted =
+                    asserted && vllm_extra.is_empty() && model_extra.iter().any(frees);
+                first_freed || second_asserted
             }
             // vLLM's step stops at the exception: what the model logs after it in that
             // step never happens there.
