@@ -840,6 +840,7 @@ impl Monitor {
                 Direction::Sending => phase == Phase::DelayFreed,
                 Direction::Recving => t.loading || phase == Phase::DelayFreed,
             };
+        let finished = phase == Phase::DelayFreed || t.aborted;
         // A load and a save in flight (aborted while loading, its connector saving): a
         // scheduler that frees after all waits for the other completion.
         let other = match direction {
@@ -851,12 +852,7 @@ impl Monitor {
             && t.loading
             && t.delayed
             && t.flows[index(other)].emitted.is_none();
-        let frees = !waits
-            && match direction {
-                Direction::Sending => phase == Phase::DelayFreed,
-                Direction::Recving => phase == Phase::DelayFreed || (t.loading && t.aborted),
-            };
-        if known && frees {
+        if known && finished && !waits {
             t.freed_at = Some(step);
         }
         let flow = &mut t.flows[index(direction)];

@@ -249,6 +249,31 @@ pub struct Parting {
     pub note: Option<String>,
 }
 
+impl Parting {
+    /// The model's events at the step that vLLM's lack.
+    fn model_only(&self) -> Vec<&String> {
+        self.model
+            .iter()
+            .filter(|e| !self.vllm.contains(e))
+            .collect()
+    }
+
+    /// vLLM's events at the step that the model's lack.
+    fn vllm_only(&self) -> Vec<&String> {
+        self.vllm
+            .iter()
+            .filter(|e| !self.model.contains(e))
+            .collect()
+    }
+
+    /// vLLM's scheduler raised an AssertionError there.
+    fn asserted(&self) -> bool {
+        self.note
+            .as_deref()
+            .is_some_and(|n| n.contains("AssertionError"))
+    }
+}
+
 impl std::fmt::Display for Parting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let list = |v: &[String]| {
@@ -390,44 +415,22 @@ impl Departure {
                     .iter()
                     .filter_map(|e| e.strip_prefix("freed "))
                     .collect();
-                let extra: Vec<&String> = parting
-                    .model
-                    .iter()
-                    .filter(|e| !parting.vllm.contains(e))
-                    .collect();
                 !freed.is_empty()
-                    && extra.iter().all(|e| {
+                    && parting.model_only().iter().all(|e| {
                         e.strip_prefix("freed ").is_some_and(|r| {
                             parting.model.contains(&format!("aborted {r}"))
                                 && parting.vllm.contains(&format!("aborted {r}"))
                         })
                     })
-                    && parting.vllm.iter().all(|e| parting.model.contains(e))
+                    && parting.vllm_only().is_empty()
             }
             Shows::FreedWhereKept => {
-                parting.vllm.iter().all(|e| parting.model.contains(e))
-                    && parting
-                        .model
-                        .iter()
-                        .filter(|e| !parting.vllm.contains(e))
-                        .all(|e| e.starts_with("freed "))
+                parting.vllm_only().is_empty()
+                    && parting.model_only().iter().all(|e| e.starts_with("freed "))
             }
             Shows::FreedAtFirstCompletion => {
                 let frees = |e: &&String| e.starts_with("freed ");
-                let model_extra: Vec<&String> = parting
-                    .model
-                    .iter()
-                    .filter(|e| !parting.vllm.contains(e))
-                    .collect();
-                let vllm_extra: Vec<&String> = parting
-                    .vllm
-                    .iter()
-                    .filter(|e| !parting.model.contains(e))
-                    .collect();
-                let asserted = parting
-                    .note
-                    .as_deref()
-                    .is_some_and(|n| n.contains("AssertionError"));
+                let (model_extra, vllm_extra) = (parting.model_only(), parting.vllm_only());
                 // Freed at the first completion, in a step of its own; or both in one
                 // step, where vLLM's engine dies at the second and nothing the model logs
                 // after it in that step (other requests' events too) happens in vLLM.
@@ -435,18 +438,12 @@ impl Departure {
                     && vllm_extra.iter().all(frees)
                     && model_extra.iter().all(frees);
                 let second_asserted =
-                    asserted && vllm_extra.is_empty() && model_extra.iter().any(frees);
+                    parting.asserted() && vllm_extra.is_empty() && model_extra.iter().any(frees);
                 first_freed || second_asserted
             }
             // vLLM's step stops at the exception: what the model logs after it in that
             // step never happens there.
-            Shows::AssertionWhereSkipped => {
-                parting.vllm.iter().all(|e| parting.model.contains(e))
-                    && parting
-                        .note
-                        .as_deref()
-                        .is_some_and(|n| n.contains("AssertionError"))
-            }
+            Shows::AssertionWhereSkipped => parting.vllm_only().is_empty() && parting.asserted(),
         }
     }
 }

@@ -38,17 +38,12 @@ fn issue25_seed_regression_is_confirmed_on_vllm_and_its_fix_is_not() {
     }
     // The trace as `kvcc check` writes it with this build's model.
     let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("traces").display().to_string();
     let regression = root()
         .join("specs/pr59325-regression.toml")
         .display()
         .to_string();
-    let (code, _, err) = run(&["check", &regression, "--trace-dir", &traces, "--all-traces"]);
-    assert_eq!(code, 0, "{err}");
-    let trace = dir
-        .path()
-        .join("traces")
-        .join(SEED_TRACE.trim_start_matches("docs/traces/"));
+    let trace =
+        write_traces(&regression, dir.path()).join(SEED_TRACE.trim_start_matches("docs/traces/"));
     let trace = trace.display().to_string();
     let (code, out, err) = run(&["confirm", &trace, "--spec", &regression]);
     assert_eq!(code, 0, "{out}{err}");
@@ -174,6 +169,16 @@ fn issue25_a_spec_departing_from_vllms_scheduler_parts_only_where_it_departs() {
     let (code, out, _) = run(&args);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(", 1 part unexplained"), "{out}");
+}
+
+/// Every violated clause's trace of `spec`, as `kvcc check --all-traces` writes them with
+/// this build's model, into `dir/traces` (returned).
+fn write_traces(spec: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let traces = dir.join("traces");
+    let trace_dir = traces.display().to_string();
+    let (code, _, err) = run(&["check", spec, "--trace-dir", &trace_dir, "--all-traces"]);
+    assert_eq!(code, 0, "{spec}: {err}");
+    traces
 }
 
 /// Simulates `runs` runs of `spec` (seed 25) into `dir/sim` and confirms them all;
@@ -383,14 +388,11 @@ fn issue25_p_own_load_every_kv_both_trace_is_confirmed_and_the_old_models_run_pa
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("traces");
     let spec = root()
         .join("specs/kv-both-one-count.toml")
         .display()
         .to_string();
-    let trace_dir = traces.display().to_string();
-    let (code, _, err) = run(&["check", &spec, "--trace-dir", &trace_dir, "--all-traces"]);
-    assert_eq!(code, 0, "{err}");
+    let traces = write_traces(&spec, dir.path());
     let mut written: Vec<_> = std::fs::read_dir(&traces)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -437,16 +439,8 @@ fn issue24_an_abort_with_a_load_and_a_save_in_flight_kills_vllm_as_the_model_say
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("traces");
     let bug = root().join("specs/vllm-46240-abort-load-and-save.toml");
-    let (code, _, err) = run(&[
-        "check",
-        &bug.display().to_string(),
-        "--all-traces",
-        "--trace-dir",
-        &traces.display().to_string(),
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let traces = write_traces(&bug.display().to_string(), dir.path());
     for (clause, evidence) in [
         (
             "exactly-once__emitted-for-unknown-request",
