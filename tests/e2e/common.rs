@@ -9,6 +9,11 @@ use std::time::{Duration, Instant};
 /// The longest any one kvcc run may take in these tests.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// The longest a `kvcc confirm` may take: it starts Python and imports vLLM's scheduler,
+/// about 15 s on an idle 2-core machine, and well over 60 s when the suite's other tests
+/// (or other builds) hold both cores; nine confirm tests timed out at `DEADLINE` so.
+const CONFIRM_DEADLINE: Duration = Duration::from_secs(300);
+
 /// The `kvcc` binary under test: harness/src/main.rs, built again as this package's
 /// `kvcc-dup` so that cargo hands its path to the tests (cargo-nextest's own end-to-end
 /// tests build `cargo-nextest-dup` the same way).
@@ -62,7 +67,7 @@ pub fn run_bench(args: &[&str]) -> (i32, String, String) {
     output(Command::new(KVCC_BENCH).current_dir(root()).args(args))
 }
 
-/// Runs a command to completion, within `DEADLINE`: a kvcc that blocks fails the test
+/// Runs a command to completion, within `DEADLINE` (`CONFIRM_DEADLINE` for confirm): a kvcc that blocks fails the test
 /// instead of hanging the suite. Every JSON line a `kvcc check` or `kvcc merge` writes
 /// must validate against the published schema.
 pub fn output(command: &mut Command) -> (i32, String, String) {
@@ -95,15 +100,24 @@ fn run_to_end(command: &mut Command) -> (i32, String, String) {
     // Drain both pipes on threads so a chatty child never blocks on a full pipe.
     let stdout = drain(child.stdout.take().expect("stdout piped"));
     let stderr = drain(child.stderr.take().expect("stderr piped"));
+    let deadline = if command
+        .get_args()
+        .next()
+        .is_some_and(|first| first == "confirm")
+    {
+        CONFIRM_DEADLINE
+    } else {
+        DEADLINE
+    };
     let start = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("kvcc can be waited for") {
             break status;
         }
-        if start.elapsed() > DEADLINE {
+        if start.elapsed() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("kvcc did not exit within {DEADLINE:?}: {command:?}");
+            panic!("kvcc did not exit within {deadline:?}: {command:?}");
         }
         std::thread::sleep(Duration::from_millis(10));
     };
