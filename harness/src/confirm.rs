@@ -299,7 +299,7 @@ impl std::fmt::Display for Parting {
 }
 
 /// A scheduler behaviour a spec states that the played vLLM's scheduler does not have (an
-/// older vLLM's, or a proposed fix's). vLLM's own scheduler code runs when a run is
+/// older vLLM's, or a proposed fix's), or its played connector's scheduler side (NIXL's). vLLM's own scheduler code runs when a run is
 /// played, not the knob, so a run that exercises the behaviour parts from the model
 /// exactly where the behaviour acts: the parting is the spec's statement, not a
 /// disagreement about vLLM. Anywhere else the run must still agree.
@@ -332,6 +332,10 @@ enum Shows {
     /// yet), and when both come in one step its second completion asserts (the model
     /// logs a free, and whatever else that step does, which vLLM's dead step never logs).
     FreedAtFirstCompletion,
+    /// The model's request waits for remote KV a second time (its connector asked for a
+    /// second load after a preemption); vLLM's NIXL lookup offers nothing then, so vLLM
+    /// logs nothing the model does not, and the model's extra events are such waits only.
+    WaitsAgain,
 }
 
 impl std::fmt::Display for Departure {
@@ -348,7 +352,8 @@ impl std::fmt::Display for Departure {
 /// reaches (aborts and completions; the pool's admission is not played).
 pub fn departures(config: &kvcc_model::Config) -> Vec<Departure> {
     use kvcc_model::config::{
-        AbortFinished, AbortLoading, AbortedTransfers, FinalStepPreemption, UnknownCompletion,
+        AbortFinished, AbortLoading, AbortedTransfers, FinalStepPreemption, LookupAfterLoad,
+        UnknownCompletion,
     };
     let s = &config.scheduler;
     let mut found = Vec::new();
@@ -386,6 +391,15 @@ pub fn departures(config: &kvcc_model::Config) -> Vec<Departure> {
             vllm: "_update_from_kv_xfer_finished frees a finished request at the first completion naming it, receives before sends (PR #56089, freeing after both, is open)",
             engine: "prefill",
             shows: Shows::FreedAtFirstCompletion,
+        });
+    }
+    if config.consumer.lookup_after_load == LookupAfterLoad::SecondLoad {
+        found.push(Departure {
+            knob: "consumer.lookup-after-load",
+            value: "second-load",
+            vllm: "a request rescheduled after a preemption is looked up again, and the played NIXL scheduler side offers nothing once update_state_after_alloc cleared do_remote_prefill (get_num_new_matched_tokens; MoRIIO's too since PRs #53250, #57705)",
+            engine: "decode",
+            shows: Shows::WaitsAgain,
         });
     }
     if s.unknown_completion == UnknownCompletion::Drop {
@@ -440,6 +454,14 @@ impl Departure {
                 let second_asserted =
                     parting.asserted() && vllm_extra.is_empty() && model_extra.iter().any(frees);
                 first_freed || second_asserted
+            }
+            Shows::WaitsAgain => {
+                let model_extra = parting.model_only();
+                parting.vllm_only().is_empty()
+                    && !model_extra.is_empty()
+                    && model_extra
+                        .iter()
+                        .all(|e| e.starts_with("waiting-for-remote-kvs "))
             }
             // vLLM's step stops at the exception: what the model logs after it in that
             // step never happens there.

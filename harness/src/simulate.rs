@@ -20,7 +20,7 @@ use kvcc_conform::format::{
 use kvcc_model::checker::Checkable;
 use kvcc_model::config::{AggregatorPolicy, Connector};
 use kvcc_model::properties::{Kind, CLAUSES};
-use kvcc_model::state::{DecodePhase, PrefillPhase, RequestId};
+use kvcc_model::state::{DecodePhase, PrefillPhase, Request, RequestId};
 use kvcc_model::{Action, ContractModel, Observation, State};
 use std::io;
 use std::path::Path;
@@ -267,7 +267,12 @@ fn events(
                 prefill.event(event, request);
             }
         }
-        if a.decode != b.decode {
+        // A preemption on D comes after the wake-up, past which D's log follows nothing
+        // (docs/vllm.md); only a second wait for remote KV (`consumer.lookup-after-load =
+        // "second-load"`) brings the request back into it, as its status would in vLLM.
+        let second_wait =
+            |q: &Request| matches!(q.decode, DecodePhase::Loading | DecodePhase::AbortedLoading);
+        if a.decode != b.decode && (!b.decode_preempted || second_wait(a) || second_wait(b)) {
             let event = match b.decode {
                 DecodePhase::Loading => Some(EventKind::WaitingForRemoteKvs),
                 // Woken once its load is in; with a finite pool running comes later, and

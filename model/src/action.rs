@@ -90,6 +90,10 @@ pub enum Action {
     },
     /// The client aborts a request (both schedulers hear of it).
     ClientAborts { request: RequestId },
+    /// D's scheduler preempts a request running after its remote load landed
+    /// (`faults.decode-preempted`): its blocks go back to the pool and it waits at the
+    /// head of the queue to be scheduled again (`consumer.lookup-after-load`).
+    DecodePreempted { request: RequestId },
     /// A request running on D reaches its end and its blocks return to the pool
     /// (`decode.kv-blocks`).
     DecodeFinishes { request: RequestId },
@@ -115,7 +119,8 @@ impl Action {
             | Action::ChildReportsAgain { .. }
             | Action::OffloadStoreRaises { .. }
             | Action::PrefillPreempted { .. }
-            | Action::PrefillPreemptedInFinalStep { .. } => true,
+            | Action::PrefillPreemptedInFinalStep { .. }
+            | Action::DecodePreempted { .. } => true,
             Action::PrefillFinishes { .. }
             | Action::PrefillWorkerLoads { .. }
             | Action::PrefillEngineSteps { .. }

@@ -402,6 +402,36 @@ pub struct Consumer {
     /// request is skipped, with no blocks, until the lookup answers. vLLM's offloading
     /// connector works this way; needs connector = "multi-offload" and decode.kv-blocks.
     pub async_lookup: bool,
+    /// What D's connector answers when the scheduler asks again about a request whose
+    /// remote load already landed (`faults.decode-preempted`).
+    pub lookup_after_load: LookupAfterLoad,
+}
+
+/// D's scheduler asks its connector what it can load (`get_num_new_matched_tokens`)
+/// whenever it takes a waiting request with nothing computed (v1/core/sched/scheduler.py,
+/// `schedule`): a new request, and one preempted after its load landed, which went back
+/// to the head of `waiting` with its blocks freed and its computed tokens reset
+/// (`_preempt_request`). The transfer parameters are one-shot: P sent (or let D read) the
+/// KV once, and the connector clears `do_remote_prefill` when it first allocates for the
+/// request (`update_state_after_alloc`), so a second ask must offer nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LookupAfterLoad {
+    /// Nothing to load: the rescheduled request is prefilled locally, which needs its
+    /// whole sequence's blocks. Current vLLM: NIXL's and MoRIIO's
+    /// `get_num_new_matched_tokens` offer tokens only while `do_remote_prefill` is set
+    /// (kv_connector/v1/nixl/pull_scheduler.py, kv_connector/v1/moriio/moriio_connector.py,
+    /// since vLLM PRs #53250 and #57705).
+    #[default]
+    LocalPrefill,
+    /// Another asynchronous load of the prompt: MoRIIO's WRITE mode before PRs #53250
+    /// and #57705 answered the prompt's tokens, asynchronously, whatever the parameters
+    /// said. The request goes back to `WAITING_FOR_REMOTE_KVS`, but the connector's
+    /// `update_state_after_alloc`, finding `do_remote_prefill` cleared, sets up no
+    /// transfer: P is not asked to write again and D's workers are given nothing to wait
+    /// for, so no completion ever comes and the request waits for ever, holding its
+    /// blocks.
+    SecondLoad,
 }
 
 /// What D hears when a P WRITE into it fails (`faults.push-write-fails`).
@@ -477,6 +507,7 @@ impl Default for Consumer {
             recving_combine: RecvingCombine::Union,
             push_failure: PushFailure::Unannounced,
             async_lookup: false,
+            lookup_after_load: LookupAfterLoad::LocalPrefill,
         }
     }
 }
@@ -786,6 +817,12 @@ pub struct Faults {
     /// A P WRITE into D fails (`transfer = "push-writes"`).
     #[serde(default)]
     pub push_write_fails: bool,
+    /// D's scheduler preempts a running request once its remote load has landed (under
+    /// pool pressure, `_preempt_request`): its blocks go back to the pool and it goes to
+    /// the head of the waiting queue with nothing computed, to be asked about again
+    /// (`consumer.lookup-after-load`); once per request. Needs decode.kv-blocks.
+    #[serde(default)]
+    pub decode_preempted: bool,
     /// One engine step loses the output rank's output (once per engine it targets).
     #[serde(default)]
     pub missing_output_rank: EngineFault,
@@ -1102,6 +1139,20 @@ impl Config {
             }
             _ => {}
         }
+        if self.faults.decode_preempted && self.decode.kv_blocks.is_none() {
+            return err(
+                "faults.decode-preempted",
+                "needs decode.kv-blocks: D preempts a running request to give its blocks to others, and the preempted request waits for the scheduler's scan of a finite pool".into(),
+            );
+        }
+        if self.consumer.lookup_after_load != LookupAfterLoad::LocalPrefill
+            && !self.faults.decode_preempted
+        {
+            return err(
+                "consumer.lookup-after-load",
+                "needs faults.decode-preempted: only a request preempted after its load is asked about again".into(),
+            );
+        }
         if self.faults.final_step_preempted {
             if self.max_concurrent_batches != 2 {
                 return err(
@@ -1249,6 +1300,20 @@ pub(crate) mod tests {
         c.faults.lost_notification = false;
         c.prefill.attention = Attention::Mla;
         assert_eq!(c.validate().unwrap_err().field, "prefill.attention");
+    }
+
+    #[test]
+    fn a_preemption_on_d_needs_a_pool_and_a_second_load_needs_the_preemption() {
+        let mut c = base();
+        c.consumer.lookup_after_load = LookupAfterLoad::SecondLoad;
+        assert_eq!(
+            c.validate().unwrap_err().field,
+            "consumer.lookup-after-load"
+        );
+        c.faults.decode_preempted = true;
+        assert_eq!(c.validate().unwrap_err().field, "faults.decode-preempted");
+        c.decode.kv_blocks = Some(2);
+        assert!(c.validate().is_ok());
     }
 
     #[test]

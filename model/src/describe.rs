@@ -123,6 +123,9 @@ pub fn action(t: &Topology, action: &Action) -> String {
         Action::DecodeFinishes { request } => {
             format!("D: req{request} finishes decoding, its blocks return to the pool")
         }
+        Action::DecodePreempted { request } => format!(
+            "[FAULT] D scheduler: preempts req{request}, running after its load (blocks back to the pool, head of WAITING, nothing computed)"
+        ),
         Action::LookupAnswers { request } => format!(
             "D connector: the lookup for req{request} answers (the next scan gets its count)"
         ),
@@ -249,7 +252,7 @@ pub fn transfer_noun_of(push: bool) -> &'static str {
 /// Every action's short, stable name, written once: [`action_name`] reads it, and so do
 /// the tests that check a name the registries cite (`crate::message::MESSAGES`) is an
 /// action's.
-pub const ACTION_NAMES: [&str; 21] = [
+pub const ACTION_NAMES: [&str; 22] = [
     "PrefillFinishes",
     "PrefillWorkerLoads",
     "PrefillEngineSteps",
@@ -271,6 +274,7 @@ pub const ACTION_NAMES: [&str; 21] = [
     "ClientAborts",
     "DecodeFinishes",
     "LookupAnswers",
+    "DecodePreempted",
 ];
 
 /// A short, stable name for an action (for ITF `#meta.action` and the Mermaid diagram).
@@ -297,6 +301,7 @@ pub fn action_name(action: &Action) -> &'static str {
         Action::ClientAborts { .. } => 18,
         Action::DecodeFinishes { .. } => 19,
         Action::LookupAnswers { .. } => 20,
+        Action::DecodePreempted { .. } => 21,
     };
     ACTION_NAMES[index]
 }
@@ -548,11 +553,7 @@ pub fn describe(state: &State) -> Described {
         .iter()
         .map(|q| {
             vec![
-                field(
-                    "phase",
-                    "",
-                    Value::Text(decode_phase(q.decode, q.prefix_hit)),
-                ),
+                field("phase", "", Value::Text(decode_phase(q))),
                 field(
                     "load_metadata",
                     "load metadata",
@@ -795,20 +796,32 @@ pub fn prefill_phase(phase: PrefillPhase) -> &'static str {
 }
 
 /// D's scheduler phase of a request, in vLLM's words.
-pub fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
-    let text = match phase {
+pub fn decode_phase(q: &crate::state::Request) -> String {
+    let text = match q.decode {
         DecodePhase::Pending => "not admitted yet",
+        DecodePhase::Loading if q.decode_preempted => {
+            "WAITING_FOR_REMOTE_KVS again after its preemption: a second load no transfer was set up for (blocks held)"
+        }
         DecodePhase::Loading => "WAITING_FOR_REMOTE_KVS (blocks held)",
         DecodePhase::AbortedLoading => "aborted while loading, free delayed",
+        DecodePhase::Running if q.decode_preempted => {
+            "prefilled locally after its preemption, running"
+        }
         DecodePhase::Running => "woken, running",
         DecodePhase::Failed => "woken with failed load, blocks released",
         DecodePhase::Freed => "freed",
         DecodePhase::Gone => "never admitted",
         DecodePhase::Crashed => "D crashed before reading",
+        DecodePhase::Queued if q.decode_preempted => {
+            "preempted after its load, WAITING with nothing computed, no blocks"
+        }
         DecodePhase::Queued => "WAITING, no blocks yet",
         DecodePhase::Loaded => "KV loaded, WAITING for the block to run (prefix block held)",
         DecodePhase::Done => "finished, blocks returned",
         DecodePhase::Deferred => "skipped, no blocks: its lookup has not answered",
+        DecodePhase::Recomputing if q.decode_preempted => {
+            "preempted after its load, WAITING to be prefilled locally (its connector offers nothing again), no blocks"
+        }
         DecodePhase::Recomputing => {
             "load failed, WAITING to be prefilled locally (kv_load_failure_policy=recompute), no blocks yet"
         }
@@ -816,7 +829,7 @@ pub fn decode_phase(phase: DecodePhase, prefix_hit: bool) -> String {
             "skipped, no blocks: lookup answered, to be admitted where it stands"
         }
     };
-    if prefix_hit {
+    if q.prefix_hit {
         format!("{text} (full prefix hit)")
     } else {
         text.to_string()

@@ -107,6 +107,7 @@ impl ContractModel {
                     rescue: 0,
                     queued_after: 0,
                     arrival: 0,
+                    decode_preempted: false,
                 };
                 n
             ],
@@ -193,6 +194,9 @@ impl ContractModel {
             }
             if q.decode == DecodePhase::Running && c.decode.kv_blocks.is_some() {
                 actions.push(Action::DecodeFinishes { request: r });
+                if faults.decode_preempted && !q.decode_preempted {
+                    actions.push(Action::DecodePreempted { request: r });
+                }
             }
             if q.decode == DecodePhase::Deferred {
                 actions.push(Action::LookupAnswers { request: r });
@@ -460,6 +464,7 @@ impl ContractModel {
             }
             Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
             Action::DecodeFinishes { request: r } => scheduler::finish_decode(&mut next, r),
+            Action::DecodePreempted { request: r } => scheduler::preempt_decode(c, &mut next, r),
             Action::LookupAnswers { request: r } => scheduler::answer_lookup(&mut next, r),
             Action::PrefillPreemptedInFinalStep { request: r } => {
                 scheduler::preempt_in_final_step(c, &mut next, r)
@@ -529,6 +534,7 @@ impl ContractModel {
             | Action::ChildReportsAgain { request, .. }
             | Action::OffloadStoreRaises { request, .. }
             | Action::PrefillPreempted { request }
+            | Action::DecodePreempted { request }
             | Action::ReadCompletes { request, .. }
             | Action::HandshakeCompletes { request, .. }
                 if self.is_fault_action(action) =>

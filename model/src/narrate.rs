@@ -9,8 +9,8 @@ use crate::action::Action;
 use crate::decoder::ChildPoll;
 use crate::describe;
 use crate::state::{
-    DecodeCell, HandlePhase, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId,
-    SendPhase, State, StorePhase,
+    DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillPhase, Request,
+    RequestId, SendPhase, State, StorePhase,
 };
 use crate::topology::{HandlePlan, Topology};
 use kvcc_aggregator::{Aggregator, Direction, Rank};
@@ -521,7 +521,7 @@ fn scheduler_lines(before: &State, after: &State) -> Vec<(&'static str, String)>
             ));
         }
         if a.decode != b.decode {
-            let phase = describe::decode_phase(a.decode, a.prefix_hit);
+            let phase = describe::decode_phase(a);
             lines.push(("D", format!("req{r} → {phase}")));
         }
     }
@@ -906,6 +906,19 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                 .map(|n| notification_line(n, t, after)),
         ),
         Action::DecodeFinishes { .. } => what.extend(pool_line(t, after)),
+        Action::DecodePreempted { request } => {
+            what.push(
+                match after.requests[usize::from(request)].decode {
+                    DecodePhase::Queued => format!(
+                        "its connector will ask for a SECOND load of req{request} when the scan takes it (consumer.lookup-after-load = second-load), and P sends its KV once"
+                    ),
+                    _ => format!(
+                        "its transfer parameters are spent (do_remote_prefill cleared at its first allocation): the scan will prefill req{request} locally"
+                    ),
+                },
+            );
+            what.extend(pool_line(t, after));
+        }
         Action::PrefillWorkerLoads { .. }
         | Action::LookupAnswers { .. }
         | Action::DecodeAdmits { .. }
@@ -1023,6 +1036,10 @@ pub fn events(t: &Topology, action: &Action, before: &State, after: &State) -> V
         Action::PrefillPreemptedInFinalStep { request } => events.push(note(
             PrefillScheduler,
             format!("[FAULT] req{request} preempted in its final step"),
+        )),
+        Action::DecodePreempted { request } => events.push(note(
+            DecodeScheduler,
+            format!("[FAULT] req{request} preempted after its load"),
         )),
         Action::LookupAnswers { request } => events.push(note(
             DecodeScheduler,

@@ -4,10 +4,11 @@
 //! its time dispatching). The topology and the request count, the same for every state
 //! of a model, are left out and put back on unpacking.
 //!
-//! Layout: per request 4 bytes (scheduler phases and flags, metadata, emissions); per
-//! P cell 2 bytes (send, store and load phases in one, notifications); one byte per
-//! handle and per D cell; incidents and one-shot bits; then both aggregators in the core's
-//! own canonical encoding ([`kvcc_aggregator::Aggregator::pack`]).
+//! Layout: per request 4 bytes (scheduler phases and flags, metadata, emissions; D's
+//! preemption in the send metadata's top bit); per P cell 2 bytes (send, store and load
+//! phases in one, notifications); one byte per handle and per D cell; incidents and
+//! one-shot bits; then both aggregators in the core's own canonical encoding
+//! ([`kvcc_aggregator::Aggregator::pack`]).
 
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
@@ -120,7 +121,7 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
     for q in &state.requests {
         out.extend_from_slice(&[
             field(q.prefill, 3, 0) | field(q.decode, 4, 3) | u8::from(q.aborted) << 7,
-            q.send_meta.code(),
+            field(q.send_meta, 7, 0) | u8::from(q.decode_preempted) << 7,
             field(q.recv_meta, 3, 0) | u8::from(q.prefix_hit) << 3 | q.arrival << 4,
             q.emitted | q.rescue << 4 | q.queued_after << 6,
         ]);
@@ -164,7 +165,8 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
             prefill: unfield(b[0], 3, 0),
             decode: unfield(b[0], 4, 3),
             aborted: b[0] & 1 << 7 != 0,
-            send_meta: Metadata::decode(b[1]),
+            send_meta: unfield(b[1], 7, 0),
+            decode_preempted: b[1] & 1 << 7 != 0,
             recv_meta: unfield(b[2], 3, 0),
             prefix_hit: b[2] & 1 << 3 != 0,
             arrival: b[2] >> 4,

@@ -8,8 +8,8 @@
 
 use crate::config::{
     AbortFinished, AbortLoading, AbortedTransfers, AdmissionBehindSkipped, Config, Connector,
-    FinalStepPreemption, KvLoadFailurePolicy, LoadReservation, ScanOrder, Stepping,
-    UnknownCompletion,
+    FinalStepPreemption, KvLoadFailurePolicy, LoadReservation, LookupAfterLoad, ScanOrder,
+    Stepping, UnknownCompletion,
 };
 use crate::state::{
     DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
@@ -50,7 +50,11 @@ pub fn admit_decode(config: &Config, state: &mut State, r: RequestId, prefix_hit
 
 /// D allocates `r`'s blocks and its workers are told to load: `WAITING_FOR_REMOTE_KVS`.
 /// Transfer parameters that name no remote blocks (a request P finished empty) trip
-/// NIXL's assertion in `update_state_after_alloc`, and D's engine dies.
+/// NIXL's assertion in `update_state_after_alloc`, and D's engine dies. A second load
+/// after a preemption (`consumer.lookup-after-load = "second-load"`) waits too, but the
+/// connector's `update_state_after_alloc` finds `do_remote_prefill` cleared by the
+/// first and sets up nothing: no metadata for the workers, nothing asked of P, no
+/// completion ever.
 fn start_load(config: &Config, state: &mut State, r: RequestId) {
     let request = &mut state.requests[usize::from(r)];
     if request.prefill == PrefillPhase::FinishedEmpty {
@@ -59,6 +63,9 @@ fn start_load(config: &Config, state: &mut State, r: RequestId) {
         return;
     }
     request.decode = DecodePhase::Loading;
+    if request.decode_preempted {
+        return;
+    }
     request.recv_meta = Metadata::Due(config.max_concurrent_batches);
     state
         .decode_aggregator_mut()
@@ -186,6 +193,24 @@ pub fn preempt_in_final_step(config: &Config, state: &mut State, r: RequestId) {
     }
 }
 
+/// D preempts `r`, running after its load landed (`faults.decode-preempted`): its blocks
+/// go back to the pool and `_preempt_request` puts it at the head of `waiting` with
+/// nothing computed. The scan that takes it again asks its connector what to load
+/// (`consumer.lookup-after-load`): nothing, so it is prefilled locally like a recomputed
+/// request (current vLLM), or a second load, admitted as a new one.
+pub fn preempt_decode(config: &Config, state: &mut State, r: RequestId) {
+    for q in state.requests.iter_mut().filter(|q| q.decode.queued()) {
+        q.arrival += 1;
+    }
+    let request = &mut state.requests[usize::from(r)];
+    request.decode_preempted = true;
+    request.arrival = 0;
+    request.decode = match config.consumer.lookup_after_load {
+        LookupAfterLoad::LocalPrefill => DecodePhase::Recomputing,
+        LookupAfterLoad::SecondLoad => DecodePhase::Queued,
+    };
+}
+
 /// A running request reaches its end on D and releases its blocks (finite pool only).
 pub fn finish_decode(state: &mut State, r: RequestId) {
     state.requests[usize::from(r)].decode = DecodePhase::Done;
@@ -230,6 +255,13 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
     }
     let request = &mut state.requests[usize::from(r)];
     match request.decode {
+        // Preempted after its load, it is D's own request: freed (its blocks went back
+        // at the preemption).
+        DecodePhase::Queued | DecodePhase::Deferred | DecodePhase::LookedUp
+            if request.decode_preempted =>
+        {
+            request.decode = DecodePhase::Freed
+        }
         DecodePhase::Pending
         | DecodePhase::Queued
         | DecodePhase::Deferred

@@ -83,10 +83,12 @@ pub enum DecodePhase {
     /// Still skipped with no blocks, its lookup answered: the next scan to reach it tries
     /// to admit it where it stands.
     LookedUp,
-    /// Its load failed and `kv_load_failure_policy = "recompute"` sent it back to
-    /// WAITING, in its place by arrival, its blocks released: the scan admits it as a
-    /// local prefill, which needs the whole sequence's blocks. Only with a finite pool:
-    /// without one it runs at once.
+    /// Back in WAITING with no blocks and nothing to load, to be prefilled locally: the
+    /// scan admits it as a local prefill, which needs the whole sequence's blocks. Its
+    /// load failed and `kv_load_failure_policy = "recompute"` sent it back, in its place
+    /// by arrival (only with a finite pool: without one it runs at once); or D preempted
+    /// it after its load and its connector offers nothing again
+    /// ([`Request::decode_preempted`], `consumer.lookup-after-load = "local-prefill"`).
     Recomputing,
 }
 
@@ -342,6 +344,10 @@ pub struct Request {
     /// Its place in D's queues among the requests still in them
     /// ([`DecodePhase::queued`]), kept dense; 0 elsewhere and without a finite pool.
     pub arrival: u8,
+    /// D preempted it once its load had landed (`faults.decode-preempted`, at most once
+    /// a request): from then on its D phase is its second life at D, a local prefill or
+    /// a second load no one sets up (`consumer.lookup-after-load`).
+    pub decode_preempted: bool,
 }
 
 impl Request {
@@ -353,6 +359,9 @@ impl Request {
     pub const FAULTED: u8 = 1;
     /// A P rank's lease on it expired.
     pub const LEASE_EXPIRED: u8 = 2;
+    /// What a preemption on D adds to [`State::progress`]: more than D's phases ever
+    /// climb, so the step back from running to waiting still makes progress.
+    const PREEMPTED_PROGRESS: u32 = 8;
 }
 
 /// Where the symmetric blocks of a topology are. Shared by all states of a model and
@@ -556,6 +565,7 @@ impl State {
                     + prefill_phase(q.prefill)
                     + decode_phase(q.decode)
                     + u32::from(q.aborted)
+                    + u32::from(q.decode_preempted) * Request::PREEMPTED_PROGRESS
                     + q.emitted.count_ones()
             })
             .sum();

@@ -8,7 +8,7 @@ use common::{fix, regression};
 use kvcc_model::checker::{check, Checkable, Choice, Cutoff, Kind, Limits, Options, Verdict};
 use kvcc_model::config::{
     Connector, EngineFault, FailedHandle, FinalStepPreemption, LeaseReaper, LoadReservation,
-    ScanOrder,
+    LookupAfterLoad, ScanOrder,
 };
 use kvcc_model::{Config, ContractModel};
 use stateright::{Checker, Model};
@@ -100,6 +100,15 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
         config.faults.client_abort = false;
         config
     };
+    // D preempts a request after its load (issue 24): the preempted request goes to the
+    // head of D's queue and is prefilled locally, or asks for a second load that never
+    // comes; with two requests the queue places and the pool are where they meet.
+    let mut decode_preempted = fix(1, 1);
+    decode_preempted.requests = 2;
+    decode_preempted.decode.kv_blocks = Some(2);
+    decode_preempted.faults.decode_preempted = true;
+    let mut second_load = decode_preempted.clone();
+    second_load.consumer.lookup_after_load = LookupAfterLoad::SecondLoad;
     let mut head_only_aborts = head_only(2, 1);
     head_only_aborts.faults.client_abort = true;
     vec![
@@ -120,6 +129,11 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
         ("D skipped without blocks, arrival order", skipped_arrival),
         ("P preempted in a final step", final_step),
         ("fix tp2, two requests", groups_two_requests),
+        (
+            "D preempted after its load, local prefill",
+            decode_preempted,
+        ),
+        ("D preempted after its load, second load", second_load),
     ]
 }
 
@@ -293,8 +307,9 @@ fn first_break(
 /// Requests are interchangeable: a state and its representative (requests renamed,
 /// ranks sorted) judge every clause alike and have the same successors, up to the
 /// representative, in every reachable state of configurations that exercise the
-/// aggregators, leases, aborts, loads and stores. The broken twin renames the requests'
-/// cells but leaves the aggregators' ids alone, and must break it.
+/// aggregators, leases, aborts, loads, stores and D's preemptions. The broken twins rename
+/// the requests' cells but leave the aggregators' ids alone, or rename the requests but
+/// leave a preemption on D with the slot, and each must break it.
 #[test]
 fn renaming_requests_is_a_bisimulation_and_a_broken_renaming_is_caught() {
     let mut two = fix(2, 1);
@@ -305,10 +320,27 @@ fn renaming_requests_is_a_bisimulation_and_a_broken_renaming_is_caught() {
     let mut offload = fix(2, 1);
     offload.requests = 2;
     offload.connector = Connector::MultiOffload;
-    for config in [two.clone(), loads, offload] {
+    // D's preemption after a load: the preempted flag and the queue places move with
+    // their request.
+    let mut preempted = fix(1, 1);
+    preempted.requests = 2;
+    preempted.decode.kv_blocks = Some(3);
+    preempted.faults.decode_preempted = true;
+    preempted.consumer.lookup_after_load = LookupAfterLoad::SecondLoad;
+    for config in [two.clone(), loads, offload, preempted.clone()] {
         let model = ContractModel::new(config);
         assert_eq!(first_break(&model, |s| s.representative()), None);
     }
+    // Broken: the requests are renamed, but D's preemption stays with the slot.
+    let model = ContractModel::new(preempted);
+    let preemption_left_behind = |s: &kvcc_model::State| {
+        let mut t = s.representative();
+        for (q, was) in t.requests.iter_mut().zip(&s.requests) {
+            q.decode_preempted = was.decode_preempted;
+        }
+        t
+    };
+    assert!(first_break(&model, preemption_left_behind).is_some());
     let model = ContractModel::new(two);
     let swap_cells_only = |s: &kvcc_model::State| {
         let mut t = s.clone();

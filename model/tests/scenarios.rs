@@ -140,3 +140,73 @@ fn two_runs_give_identical_counts_and_traces() {
     };
     assert_eq!(trace(&a), trace(&b));
 }
+
+/// One request on D's pool of two blocks, preempted once its load landed
+/// (`faults.decode-preempted`), with `lookup` deciding what its connector offers when the
+/// scan takes it again.
+fn preempted_on_decode(lookup: kvcc_model::config::LookupAfterLoad) -> Config {
+    let mut config = fix(1, 1);
+    config.faults = Default::default();
+    config.decode.kv_blocks = Some(2);
+    config.faults.decode_preempted = true;
+    config.consumer.lookup_after_load = lookup;
+    config
+}
+
+/// Issue 24 (vLLM PRs #53250, #57705): a request D preempts after its load is asked about
+/// again; a connector that asks for a second load (MoRIIO before the PRs) leaves it
+/// waiting for a transfer nobody set up, and the witness is the preemption's own story.
+/// Current vLLM's answer, nothing to load, prefills it locally: the check holds, and it
+/// is no vacuous pass, since the preempted request runs to its end there.
+#[test]
+fn issue24_a_second_load_after_a_preemption_on_d_never_wakes_and_a_local_prefill_runs() {
+    use kvcc_model::config::LookupAfterLoad;
+    let report = run(preempted_on_decode(LookupAfterLoad::SecondLoad));
+    assert_eq!(
+        report.violated_properties(),
+        vec!["eventually-woken".to_string()]
+    );
+    let stuck = &report.counterexamples[0];
+    assert_eq!(stuck.name, "eventually-woken: loader-never-woken");
+    let witness: Vec<&str> = stuck.steps.iter().map(|(a, _)| action_name(a)).collect();
+    assert_eq!(
+        witness,
+        [
+            "PrefillFinishes",
+            "DecodeAdmits",
+            "DecodeEngineSteps",
+            "ReadCompletes",
+            "PrefillEngineSteps",
+            "DecodeEngineSteps",
+            "DecodeEngineSteps",
+            "DecodePreempted",
+            "DecodeEngineSteps"
+        ],
+        "admitted, read, woken and running, preempted, then admitted again for a load \
+         nobody set up"
+    );
+    assert_eq!(report.unique_states, 25);
+
+    let config = preempted_on_decode(LookupAfterLoad::LocalPrefill);
+    let report = run(config.clone());
+    assert!(matches!(report.verdict, Verdict::Holds));
+    assert_eq!(report.unique_states, 28);
+    let model = ContractModel::new(config);
+    let mut frontier = vec![model.initial_state()];
+    let mut ran_again = false;
+    while let Some(state) = frontier.pop() {
+        ran_again |= state
+            .requests
+            .iter()
+            .any(|q| q.decode_preempted && q.decode == kvcc_model::state::DecodePhase::Done);
+        let mut actions = Vec::new();
+        model
+            .enabled_actions(&state, &mut actions, u64::MAX)
+            .unwrap();
+        frontier.extend(actions.into_iter().filter_map(|a| model.apply(&state, a)));
+    }
+    assert!(
+        ran_again,
+        "the preempted request is prefilled locally and finishes"
+    );
+}

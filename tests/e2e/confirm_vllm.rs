@@ -476,3 +476,34 @@ fn issue24_an_abort_with_a_load_and_a_save_in_flight_kills_vllm_as_the_model_say
         assert_eq!(departed > 0, departs, "{spec}: {out}");
     }
 }
+
+/// vLLM PRs #53250, #57705 (issue 24, real bug #8): a request D preempts after its load,
+/// whose connector asks for a second load. The player cannot play D's preemption
+/// (docs/vllm.md: D's log stops following a request at its wake-up, and vLLM preempts
+/// only under its own pool's pressure), but the bug spec's runs log the second wait, and
+/// they part from vLLM only there, as the stated departure: vLLM's NIXL lookup offers
+/// nothing for a request it already loaded. The fixed twin's runs, whose preempted
+/// request is prefilled locally past its wake-up, agree.
+#[test]
+fn issue24_a_second_load_after_a_preemption_on_d_parts_from_vllm_only_where_it_waits_again() {
+    if !vllm_available() {
+        return;
+    }
+    for (spec, departs) in [
+        ("specs/vllm-57705-second-load-after-preemption.toml", true),
+        (
+            "specs/vllm-57705-second-load-after-preemption-fix.toml",
+            false,
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, (code, out, err)) = simulate_and_confirm(&root().join(spec), &[], dir.path(), 30);
+        assert_eq!(code, 0, "{spec}: {out}{err}");
+        assert!(out.contains(", 0 part unexplained"), "{spec}: {out}");
+        let departed = out
+            .lines()
+            .filter(|l| l.contains("consumer.lookup-after-load = \"second-load\""))
+            .count();
+        assert_eq!(departed > 0, departs, "{spec}: {out}");
+    }
+}

@@ -321,6 +321,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("consumer", "async-lookup", &["false", "true"]),
     (
         "consumer",
+        "lookup-after-load",
+        &["\"local-prefill\"", "\"second-load\""],
+    ),
+    (
+        "consumer",
         "push-failure",
         &["\"unannounced\"", "\"notified\""],
     ),
@@ -409,6 +414,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
     ("faults", "push-write-fails", &["false", "true"]),
     ("faults", "offload-store-raises", &["false", "true"]),
     ("faults", "prefill-preempted", &["false", "true"]),
+    ("faults", "decode-preempted", &["false", "true"]),
     ("faults", "late-read-after-lease", &["false", "true"]),
     ("faults", "handshake-failure", &["false", "true"]),
     ("faults", "transfer-error", &["false", "true"]),

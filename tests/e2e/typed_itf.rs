@@ -212,6 +212,9 @@ enum Action {
     DecodeFinishes {
         request: u8,
     },
+    DecodePreempted {
+        request: u8,
+    },
     LookupAnswers {
         request: u8,
     },

@@ -104,18 +104,32 @@ impl<'a> Path<'a> {
 
     /// The report `rank` made of `request`, of this kind, if it made one.
     fn report_of(&self, rank: Rank, request: RequestId, kind: Countdown) -> Option<(usize, Made)> {
-        self.reports
-            .iter()
-            .copied()
-            .find(|(_, m)| m.rank == rank && m.request == request && kind.matches(m.report))
+        self.counted(request, kind).find(|(_, m)| m.rank == rank)
     }
 
     fn reached(&self, request: RequestId, kind: Countdown) -> usize {
-        self.reports
-            .iter()
-            .filter(|(_, m)| m.request == request && kind.matches(m.report))
+        self.counted(request, kind)
             .filter(|(_, m)| m.fate == Fate::Reached)
             .count()
+    }
+
+    /// The reports of `request` of this kind that its open countdown counts: on D, after a
+    /// preemption, none of its first load's (they woke it once already).
+    fn counted(
+        &self,
+        request: RequestId,
+        kind: Countdown,
+    ) -> impl Iterator<Item = (usize, Made)> + '_ {
+        let preempted = |s: &State| s.requests[usize::from(request)].decode_preempted;
+        let from = if kind == Countdown::Receives && preempted(self.last()) {
+            self.since(preempted)
+        } else {
+            0
+        };
+        self.reports
+            .iter()
+            .copied()
+            .filter(move |&(step, m)| step > from && m.request == request && kind.matches(m.report))
     }
 }
 
@@ -193,7 +207,7 @@ fn open_obligations(path: &Path, clause: &str) -> Vec<Open> {
         } else {
             let since = path.when(|s| s.requests[i].decode);
             let q = &end.requests[i];
-            let phase = describe::decode_phase(q.decode, q.prefix_hit);
+            let phase = describe::decode_phase(q);
             format!("D req{r}: {phase} ({since})")
         }
     };
@@ -760,6 +774,15 @@ fn receive_waiting(path: &Path, d: Rank, r: RequestId) -> (String, bool) {
     } else {
         ", and D's engine no longer steps"
     };
+    if q.decode_preempted {
+        let preempted = path.since(|s| s.requests[usize::from(r)].decode_preempted);
+        return (
+            format!(
+                "has nothing to load for req{r}'s second load: its connector set up no transfer (do_remote_prefill was cleared at its first allocation), and P sends its KV once; its first load woke req{r} before the preemption at step {preempted}"
+            ),
+            false,
+        );
+    }
     match end.decode_cell(d, r) {
         DecodeCell::Silent if q.prefix_hit => (
             format!("never reports req{r} ({since}): a full prefix hit is not reported (consumer.prefix-hit = unreported)"),
@@ -859,7 +882,7 @@ fn unscheduled(path: &Path) -> Vec<String> {
         .map(|r| {
             let q = &end.requests[usize::from(r)];
             let since = path.when(|s| s.requests[usize::from(r)].decode);
-            let phase = describe::decode_phase(q.decode, q.prefix_hit);
+            let phase = describe::decode_phase(q);
             format!("open: D req{r}: {phase} ({since}), never scheduled")
         })
         .collect();
@@ -1027,7 +1050,7 @@ impl Path<'_> {
         let q = &self.last().requests[i];
         format!(
             "D req{r}: {} ({})",
-            describe::decode_phase(q.decode, q.prefix_hit),
+            describe::decode_phase(q),
             self.when(|s| s.requests[i].decode)
         )
     }
@@ -1116,7 +1139,7 @@ fn held_behind_live_lease(path: &Path, r: RequestId) -> Vec<String> {
         ));
         lines.push(format!(
             "meets: req{q}, inserted ahead of it in P rank {k}'s _reqs_to_send, whose lease D's heartbeats keep renewing while D has it as: {} ({})",
-            describe::decode_phase(end.requests[usize::from(q)].decode, end.requests[usize::from(q)].prefix_hit),
+            describe::decode_phase(&end.requests[usize::from(q)]),
             path.when(|s| s.requests[usize::from(q)].decode)
         ));
     }

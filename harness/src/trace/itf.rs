@@ -528,6 +528,7 @@ mod tests {
             Action::ClientAborts { request: 0 },
             Action::DecodeFinishes { request: 0 },
             Action::LookupAnswers { request: 0 },
+            Action::DecodePreempted { request: 0 },
         ]
     }
 

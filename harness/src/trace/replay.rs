@@ -359,6 +359,7 @@ pub(crate) fn in_topology(model: &ContractModel, action: &Action) -> bool {
         | Action::PrefillPreemptedInFinalStep { request }
         | Action::DecodeFinishes { request }
         | Action::LookupAnswers { request }
+        | Action::DecodePreempted { request }
         | Action::ClientAborts { request } => request_ok(request),
         Action::PrefillWorkerLoads { rank, request }
         | Action::LeaseExpires { rank, request }
