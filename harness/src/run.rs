@@ -39,6 +39,9 @@ pub struct Settings {
     /// Explore past safety violations in every check (`--past-violations`), not only in
     /// specs that ask for it.
     pub past_violations: bool,
+    /// End each check after the first BFS level that breaks a clause
+    /// (`--first-violation`).
+    pub first_violation: bool,
     /// Raised on SIGINT or SIGTERM: the check in progress ends inconclusive.
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -251,6 +254,7 @@ pub fn options(spec: &Spec, settings: &Settings) -> Options {
         shortest: settings.shortest,
         exact: settings.exact,
         past_violations: past_violations(spec, settings),
+        first_violation: settings.first_violation,
         interrupt: settings.interrupt.clone(),
         ..Options::default()
     }

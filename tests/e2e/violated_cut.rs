@@ -3,6 +3,9 @@
 //! incomplete in the table, JSON lines, JUnit and GitHub annotations; a cut before any
 //! violation stays inconclusive; an expected property the cut run did not reach leaves
 //! the check inconclusive, never a mismatch it cannot prove (`run::judge`).
+//!
+//! Issue 28, item 1: `--first-violation` is such a cut, chosen by the user: the run ends
+//! with the first BFS level that breaks a clause.
 
 use crate::common::{fixture, kvcc, output, run};
 
@@ -222,4 +225,112 @@ fn issue28_merge_reads_an_incomplete_violation_back() {
         line["unreached"],
         serde_json::json!(["exactly-once", "aggregator-drains"])
     );
+}
+
+fn properties(line: &serde_json::Value) -> Vec<String> {
+    line["violations"]
+        .as_array()
+        .expect("violations")
+        .iter()
+        .map(|v| v["property"].as_str().expect("a property").to_string())
+        .collect()
+}
+
+#[test]
+fn issue28_first_violation_is_the_whole_runs_shallowest_violations() {
+    let cut = fixture(CUT);
+    let whole = ["check", &cut, "--max-states", "1000000", "--shortest"];
+    let (code, line) = json_line(&whole);
+    assert_eq!(code, 0, "{line}");
+    let all = line["violations"].as_array().expect("violations").clone();
+    let shallowest = all
+        .iter()
+        .map(|v| v["depth"].as_u64().expect("a depth"))
+        .min()
+        .expect("the whole run finds violations");
+    let expected: Vec<&str> = all
+        .iter()
+        .filter(|v| v["depth"].as_u64() == Some(shallowest))
+        .map(|v| v["property"].as_str().expect("a property"))
+        .collect();
+    // The broken twin of stopping early: the whole run breaks more, and deeper.
+    assert!(all.len() > expected.len(), "{line}");
+
+    let first = [
+        "check",
+        &cut,
+        "--max-states",
+        "1000000",
+        "--first-violation",
+    ];
+    let (code, stdout, _) = run(&first);
+    assert_eq!(code, 1, "expected clauses not reached: {stdout}");
+    assert!(
+        stdout.contains("1 check: 0 as expected, 0 mismatched, 1 not reached before the cut"),
+        "{stdout}"
+    );
+    let (code, line) = json_line(&first);
+    assert_eq!(code, 1, "expected clauses not reached: {line}");
+    assert_eq!(line["verdict"], "violated");
+    assert_eq!(properties(&line), expected);
+    assert_eq!(
+        line["incomplete_reason"],
+        format!(
+            "stopped after depth {shallowest}, the first to break a clause (first violation asked for)"
+        )
+    );
+    assert_eq!(
+        line["unreached"],
+        serde_json::json!(["exactly-once", "aggregator-drains"])
+    );
+    assert_eq!(line["settings"]["first_violation"], true);
+    for v in line["violations"].as_array().expect("violations") {
+        assert_eq!(v["depth"].as_u64(), Some(shallowest), "{line}");
+    }
+    // The level is finished: the states through the shallowest depth, at any thread
+    // count, as many as a run cut one depth earlier counts (that run also counts the
+    // states it found at the depth it did not expand).
+    let states = line["unique_states"].clone();
+    let mut two = first.to_vec();
+    two.extend(["--threads", "2"]);
+    let (_, line2) = json_line(&two);
+    assert_eq!(line2["unique_states"], states);
+    assert_eq!(properties(&line2), expected);
+    let depth = (shallowest - 1).to_string();
+    let (_, bounded) = json_line(&["check", &cut, "--max-depth", &depth]);
+    assert_eq!(bounded["unique_states"], states, "{bounded}");
+}
+
+#[test]
+fn issue28_first_violation_leaves_a_holding_check_whole() {
+    let holds = [
+        "check",
+        "specs/pr59325-fix.toml",
+        "--point",
+        "prefill.pcp=2",
+        "--point",
+        "requests=2",
+    ];
+    let (code, whole) = json_line(&holds);
+    assert_eq!(code, 0, "{whole}");
+    assert_eq!(whole["verdict"], "holds");
+    let mut first = holds.to_vec();
+    first.push("--first-violation");
+    let (code, first) = json_line(&first);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["verdict"], "holds");
+    assert_eq!(first["incomplete_reason"], serde_json::Value::Null);
+    assert_eq!(first["unique_states"], whole["unique_states"]);
+}
+
+#[test]
+fn issue28_first_violation_and_past_violations_are_refused_together() {
+    let (code, _, stderr) = run(&[
+        "check",
+        &fixture(CUT),
+        "--first-violation",
+        "--past-violations",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
 }

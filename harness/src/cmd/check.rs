@@ -88,8 +88,15 @@ pub struct Args {
     /// every spec's `[expect] past-violations = true` does for itself). Costs states:
     /// everything reachable past a violation is explored too; a spec's expectation is
     /// judged against what this finds, so one written without it may see more clauses.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "first_violation")]
     pub past_violations: bool,
+    /// End each check at the first BFS depth where a clause breaks, as TLC does: an answer
+    /// in the time to the shallowest violation, not to the whole state graph. Each clause
+    /// broken at that depth is reported with a shortest counterexample; clauses the spec
+    /// expects that were not broken by then are reported as not reached, and a check
+    /// that breaks nothing runs whole, so a *holds* is still a full search.
+    #[arg(long)]
+    pub first_violation: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -291,6 +298,7 @@ fn identity(args: &Args, plan: &[(Spec, Vec<Case>)], checks: usize) -> RunIdenti
         exact: args.exact,
         symmetry: !args.no_symmetry,
         past_violations: args.past_violations,
+        first_violation: args.first_violation,
         points: args.points.iter().map(selector_text).collect(),
     };
     let specs: Vec<(&str, &str)> = plan
@@ -338,6 +346,9 @@ fn settings(args: &Args) -> Settings {
     if args.past_violations {
         limit_args.push("--past-violations".to_string());
     }
+    if args.first_violation {
+        limit_args.push("--first-violation".to_string());
+    }
     Settings {
         progress: None,
         threads,
@@ -355,6 +366,7 @@ fn settings(args: &Args) -> Settings {
         exact: args.exact,
         no_symmetry: args.no_symmetry,
         past_violations: args.past_violations,
+        first_violation: args.first_violation,
         // Set once the handler is installed, in `exec`.
         interrupt: None,
     }

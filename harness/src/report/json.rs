@@ -15,7 +15,8 @@
 //!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null,
 //!  "settings": {"max_states": null, "max_depth": null, "timeout_seconds": null,
 //!               "max_memory": null, "shortest": false, "exact": false,
-//!               "symmetry": true, "past_violations": false, "points": []},
+//!               "symmetry": true, "past_violations": false, "first_violation": false,
+//!               "points": []},
 //!  "run": "9a3e0c1d7b2f4e65"}
 //! ```
 //!
@@ -90,6 +91,9 @@ pub struct RunSettings {
     /// `--past-violations` (absent from lines of a kvcc before it: false).
     #[serde(default)]
     pub past_violations: bool,
+    /// `--first-violation` (absent from lines of a kvcc before it: false).
+    #[serde(default)]
+    pub first_violation: bool,
     /// The `--point` selectors, as `path=value`.
     pub points: Vec<String>,
 }

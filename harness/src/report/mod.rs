@@ -33,19 +33,29 @@ pub struct Output {
     pub github: bool,
 }
 
-/// `3 checks: 2 as expected, 1 mismatched`.
+/// `3 checks: 2 as expected, 1 mismatched`, and `, 1 not reached before the cut` when an
+/// incomplete run left an expected property undecided (neither as expected nor a
+/// mismatch it can prove: `run::Judgement::Unreached`).
 pub fn summary(outcomes: &[Outcome]) -> String {
-    let mismatched = outcomes.iter().filter(|o| !o.matches).count();
+    let undecided = outcomes
+        .iter()
+        .filter(|o| !o.matches && !o.unreached.is_empty())
+        .count();
+    let mismatched = outcomes.iter().filter(|o| !o.matches).count() - undecided;
     let checks = if outcomes.len() == 1 {
         "check"
     } else {
         "checks"
     };
-    format!(
+    let mut line = format!(
         "{} {checks}: {} as expected, {mismatched} mismatched",
         outcomes.len(),
-        outcomes.len() - mismatched
-    )
+        outcomes.len() - mismatched - undecided
+    );
+    if undecided > 0 {
+        line.push_str(&format!(", {undecided} not reached before the cut"));
+    }
+    line
 }
 
 /// What the fingerprints behind the *holds* verdicts could hide: the largest chance

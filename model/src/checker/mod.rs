@@ -226,6 +226,12 @@ pub struct Options {
     /// safety clause kept ([`judges_liveness`]). Costs states: everything reachable past
     /// a violation is explored.
     pub past_violations: bool,
+    /// Stop at the end of the first BFS level in which some clause breaks, as TLC does by
+    /// default: an answer in the time to the shallowest violation, not to the whole
+    /// graph. The level is finished, so which clauses it reports, their counterexamples
+    /// (each a shortest path) and the state count are the same at any thread count. The
+    /// verdict is *violated*; clauses not yet broken are *not reached*, never *hold*.
+    pub first_violation: bool,
     /// Where to publish live counters for a progress display, if anywhere.
     pub progress: Option<Arc<Progress>>,
     /// The hash states are named by: [`fingerprint_bytes`]. The estimate kvcc prints is
@@ -255,6 +261,7 @@ impl Default for Options {
             shortest: false,
             exact: false,
             past_violations: false,
+            first_violation: false,
             progress: None,
             hash: fingerprint_bytes,
             interrupt: None,
@@ -305,6 +312,10 @@ pub enum Cutoff {
     },
     /// [`Options::interrupt`] was raised.
     Interrupted,
+    /// [`Options::first_violation`]: the level at `depth` broke a clause.
+    FirstViolation {
+        depth: u32,
+    },
 }
 
 impl std::fmt::Display for Cutoff {
@@ -319,6 +330,10 @@ impl std::fmt::Display for Cutoff {
             ),
             Cutoff::Memory(bytes) => write!(f, "memory limit {} MiB reached", bytes >> 20),
             Cutoff::Interrupted => write!(f, "interrupted"),
+            Cutoff::FirstViolation { depth } => write!(
+                f,
+                "stopped after depth {depth}, the first to break a clause (first violation asked for)"
+            ),
             Cutoff::Successors { count, depth } => write!(
                 f,
                 "a state at depth {depth} has {} successors, more than the {SUCCESSORS_MAX} the checker enumerates",

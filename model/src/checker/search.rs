@@ -276,6 +276,12 @@ where
             break;
         }
         folded.fold(&mut workers, base, depth, &mut recents);
+        if options.first_violation && folded.first.iter().any(Option::is_some) {
+            folded.cutoff = Some(Cutoff::FirstViolation { depth });
+            // The next level is not explored: its states are not counted.
+            frontier.fps.clear();
+            break;
+        }
         let next = next_level(threads, &visited, &mut workers);
         let old = std::mem::replace(&mut frontier, next);
         level
