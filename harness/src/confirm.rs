@@ -113,7 +113,7 @@ pub fn failure_policy(config: &kvcc_model::Config) -> &'static str {
 
 /// Plays `jobs` in one Python process (vLLM is imported once). Returns vLLM's version
 /// and one [`Played`] per job, in order.
-pub fn play(python: &Path, jobs: &[Job]) -> Result<(String, Vec<Played>), String> {
+pub fn play(python: &Path, jobs: &[&Job]) -> Result<(String, Vec<Played>), String> {
     let package = tempfile::Builder::new()
         .prefix("kvcc-confirm-")
         .tempdir()
@@ -125,79 +125,71 @@ pub fn play(python: &Path, jobs: &[Job]) -> Result<(String, Vec<Played>), String
         }
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    // Jobs are grouped by their settings: one process per group.
-    let mut version = String::new();
-    let mut played: Vec<Option<Played>> = vec![None; jobs.len()];
-    let mut groups: BTreeMap<(u64, &str), Vec<usize>> = BTreeMap::new();
-    for (i, job) in jobs.iter().enumerate() {
-        groups
-            .entry((job.quiet_steps, job.failure_policy))
-            .or_default()
-            .push(i);
+    // One process for every job, each line carrying its own settings: vLLM's import is
+    // most of a small confirm's time.
+    let mut command = Command::new(python);
+    command
+        .arg("-m")
+        .arg("kvcc_confirm")
+        .arg("--jobs-from-stdin")
+        .env("PYTHONPATH", package.path())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    let mut list = String::new();
+    for job in jobs {
+        let line = serde_json::json!({
+            "dir": job.dir.display().to_string(),
+            "quiet_steps": job.quiet_steps,
+            "failure_policy": job.failure_policy,
+        });
+        list.push_str(&line.to_string());
+        list.push('\n');
     }
-    for ((quiet, policy), indices) in groups {
-        let mut command = Command::new(python);
-        command
-            .arg("-m")
-            .arg("kvcc_confirm")
-            .arg("--quiet-steps")
-            .arg(quiet.to_string())
-            .arg("--kv-load-failure-policy")
-            .arg(policy)
-            .arg("--runs-from-stdin")
-            .env("PYTHONPATH", package.path())
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-        let mut list = String::new();
-        for &i in &indices {
-            list.push_str(&jobs[i].dir.display().to_string());
-            list.push('\n');
-        }
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(list.as_bytes())
-                .map_err(|e| format!("cannot write to {}: {e}", python.display()))?;
-        }
-        let output = child
-            .wait_with_output()
-            .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let last: Vec<&str> = stderr
-                .lines()
-                .filter(|l| l.starts_with("kvcc_confirm") || l.contains("Error"))
-                .collect();
-            return Err(format!(
-                "vLLM is not available: {} -m kvcc_confirm exited with {}: {}",
-                python.display(),
-                output.status,
-                if last.is_empty() {
-                    stderr.lines().last().unwrap_or("").to_string()
-                } else {
-                    last.join("; ")
-                }
-            ));
-        }
-        let mut lines = stdout.lines();
-        let head: serde_json::Value = lines
-            .next()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .ok_or("kvcc_confirm printed no version line")?;
-        version = head["vllm_version"]
-            .as_str()
-            .unwrap_or("unknown")
-            .to_string();
-        for (&i, line) in indices.iter().zip(&mut lines) {
-            let one: Played = serde_json::from_str(line)
-                .map_err(|e| format!("kvcc_confirm printed an unreadable line: {e}: {line}"))?;
-            played[i] = Some(one);
-        }
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(list.as_bytes())
+            .map_err(|e| format!("cannot write to {}: {e}", python.display()))?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("kvcc_confirm") || l.contains("Error"))
+            .collect();
+        return Err(format!(
+            "vLLM is not available: {} -m kvcc_confirm exited with {}: {}",
+            python.display(),
+            output.status,
+            if last.is_empty() {
+                stderr.lines().last().unwrap_or("").to_string()
+            } else {
+                last.join("; ")
+            }
+        ));
+    }
+    let mut lines = stdout.lines();
+    let head: serde_json::Value = lines
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .ok_or("kvcc_confirm printed no version line")?;
+    let version = head["vllm_version"]
+        .as_str()
+        .unwrap_or("unknown")
+        .to_string();
+    let mut played: Vec<Option<Played>> = vec![None; jobs.len()];
+    for (slot, line) in played.iter_mut().zip(&mut lines) {
+        let one: Played = serde_json::from_str(line)
+            .map_err(|e| format!("kvcc_confirm printed an unreadable line: {e}: {line}"))?;
+        *slot = Some(one);
     }
     let played = played
         .into_iter()

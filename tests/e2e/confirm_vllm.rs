@@ -44,16 +44,9 @@ fn issue25_seed_regression_is_confirmed_on_vllm_and_its_fix_is_not() {
         .to_string();
     let trace =
         write_traces(&regression, dir.path()).join(SEED_TRACE.trim_start_matches("docs/traces/"));
-    let trace = trace.display().to_string();
-    let (code, out, err) = run(&["confirm", &trace, "--spec", &regression]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(
-        out.contains("confirmed on vLLM 0.34.0: eventually-freed"),
-        "{out}"
-    );
-    assert!(out.contains("prefill still holds req0's blocks"), "{out}");
     // The broken twin: the fix's runs at the same point, where every rank's report
-    // reaches the aggregator: vLLM frees the request, as the model does.
+    // reaches the aggregator: vLLM frees the request, as the model does. Both are played
+    // in one call.
     let fix = root().join("specs/pr59325-fix.toml").display().to_string();
     let sim = dir.path().join("fix").display().to_string();
     let (code, _, err) = run(&[
@@ -73,11 +66,16 @@ fn issue25_seed_regression_is_confirmed_on_vllm_and_its_fix_is_not() {
         &sim,
     ]);
     assert_eq!(code, 0, "{err}");
-    let runs: Vec<String> = (0..6).map(|i| format!("{sim}/run-{i:04}")).collect();
-    let mut args = vec!["confirm"];
-    args.extend(runs.iter().map(String::as_str));
-    let (code, out, err) = run(&args);
+    let mut inputs: Vec<String> = (0..6).map(|i| format!("{sim}/run-{i:04}")).collect();
+    inputs.push(trace.display().to_string());
+    let (code, out, err) = confirm(&inputs, &["--spec", &regression]);
     assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("confirmed on vLLM 0.34.0: eventually-freed"),
+        "{out}"
+    );
+    assert!(out.contains("prefill still holds req0's blocks"), "{out}");
+    assert!(out.contains("6 runs played into vLLM 0.34.0"), "{out}");
     let freed = (0..6).any(|i| {
         let log = std::fs::read_to_string(format!("{sim}/run-{i:04}/prefill/scheduler.jsonl"));
         log.is_ok_and(|l| l.contains("\"freed\""))
@@ -100,20 +98,24 @@ fn issue25_simulated_runs_agree_with_vllm_and_a_wrong_model_event_parts() {
         "simulate", &spec, "--seed", "4", "--runs", "20", "--out", &out_dir,
     ]);
     assert_eq!(code, 0, "{err}");
-    let runs: Vec<String> = (0..20).map(|i| format!("{out_dir}/run-{i:04}")).collect();
-    let mut args = vec!["confirm"];
-    args.extend(runs.iter().map(String::as_str));
-    let (code, out, err) = run(&args);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("20 runs played into vLLM 0.34.0"), "{out}");
-    // The twin: a model log claiming a free vLLM never does must part.
-    let log = dir.path().join("sim/run-0000/prefill/scheduler.jsonl");
-    let mut text = std::fs::read_to_string(&log).unwrap();
-    text.push_str("{\"step\":0,\"event\":\"freed\",\"request_id\":\"req7\"}\n");
-    std::fs::write(&log, text).unwrap();
-    let (code, out, _) = run(&args);
-    assert_eq!(code, 1, "{out}");
-    assert!(out.contains("parts at the prefill engine"), "{out}");
+    let mut runs: Vec<String> = (0..20).map(|i| format!("{out_dir}/run-{i:04}")).collect();
+    // The twin, played beside them: a model log claiming a free vLLM never does parts.
+    let twin = dir.path().join("twin");
+    runs.push(with_event(
+        &runs[0],
+        &twin,
+        "prefill",
+        "{\"step\":0,\"event\":\"freed\",\"request_id\":\"req7\"}",
+    ));
+    let (code, out, err) = confirm(&runs, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("21 runs played into vLLM 0.34.0"), "{out}");
+    assert!(out.contains(": 20 agree, 0 part where"), "{out}");
+    assert!(out.contains(", 1 part unexplained"), "{out}");
+    assert!(
+        out.contains(&format!("{}: parts at the prefill engine", twin.display())),
+        "{out}"
+    );
 }
 
 /// A spec that states a scheduler behaviour vLLM 0.34 does not have (vLLM #43226's
@@ -135,9 +137,7 @@ fn issue25_a_spec_departing_from_vllms_scheduler_parts_only_where_it_departs() {
     ]);
     assert_eq!(code, 0, "{err}");
     let runs: Vec<String> = (0..40).map(|i| format!("{out_dir}/run-{i:04}")).collect();
-    let mut args = vec!["confirm"];
-    args.extend(runs.iter().map(String::as_str));
-    let (code, out, err) = run(&args);
+    let (code, out, err) = confirm(&runs, &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(", 0 part unexplained"), "{out}");
     let departed = out
@@ -166,7 +166,7 @@ fn issue25_a_spec_departing_from_vllms_scheduler_parts_only_where_it_departs() {
         "{{\"step\":{step},\"event\":\"woken\",\"request_id\":\"req1\"}}\n"
     ));
     std::fs::write(&log, text).unwrap();
-    let (code, out, _) = run(&args);
+    let (code, out, _) = confirm(&runs, &[]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(", 1 part unexplained"), "{out}");
 }
@@ -181,15 +181,14 @@ fn write_traces(spec: &str, dir: &std::path::Path) -> std::path::PathBuf {
     traces
 }
 
-/// Simulates `runs` runs of `spec` (seed 25) into `dir/sim` and confirms them all;
-/// returns the run directories and (exit code, stdout, stderr) of `kvcc confirm`.
-fn simulate_and_confirm(
+/// Simulates `runs` runs of `spec` (seed 25) into `dir`; returns the run directories.
+fn simulate(
     spec: &std::path::Path,
     points: &[&str],
     dir: &std::path::Path,
     runs: usize,
-) -> (Vec<String>, (i32, String, String)) {
-    let sim = dir.join("sim").display().to_string();
+) -> Vec<String> {
+    let sim = dir.display().to_string();
     let spec = spec.display().to_string();
     let count = runs.to_string();
     let mut simulate = vec!["simulate", spec.as_str()];
@@ -199,11 +198,63 @@ fn simulate_and_confirm(
     simulate.extend(["--seed", "25", "--runs", &count, "--out", &sim]);
     let (code, _, err) = run(&simulate);
     assert_eq!(code, 0, "{err}");
-    let dirs: Vec<String> = (0..runs).map(|i| format!("{sim}/run-{i:04}")).collect();
+    (0..runs).map(|i| format!("{sim}/run-{i:04}")).collect()
+}
+
+/// `kvcc confirm` of every input in one call, so one vLLM process (its import is
+/// 15-20 s of each call) plays them all: (exit code, stdout, stderr).
+fn confirm<S: AsRef<str>>(inputs: &[S], flags: &[&str]) -> (i32, String, String) {
     let mut args = vec!["confirm"];
-    args.extend(dirs.iter().map(String::as_str));
-    let result = run(&args);
-    (dirs, result)
+    args.extend(inputs.iter().map(AsRef::as_ref));
+    args.extend(flags);
+    run(&args)
+}
+
+/// A copy of simulated run `run` at `to`, whose `engine` log gets `line` appended: a
+/// model event vLLM does not do, played beside the untouched runs as their broken twin.
+fn with_event(run: &str, to: &std::path::Path, engine: &str, line: &str) -> String {
+    for entry in walk(std::path::Path::new(run)) {
+        let target = to.join(entry.strip_prefix(run).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&entry, &target).unwrap();
+    }
+    let log = to.join(engine).join("scheduler.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str(line);
+    text.push('\n');
+    std::fs::write(&log, text).unwrap();
+    to.display().to_string()
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// What `out` says of `trace`: from its header line to the next trace's.
+fn trace_block<'a>(out: &'a str, trace: &str) -> &'a str {
+    let from = out
+        .find(&format!("{trace}: "))
+        .unwrap_or_else(|| panic!("{trace} is not reported: {out}"));
+    let rest = &out[from + trace.len()..];
+    rest.find(".itf.json: ").map_or(rest, |to| &rest[..to])
+}
+
+/// The lines of `out` about runs under `dir` that part as their spec states.
+fn departures<'a>(out: &'a str, dir: &std::path::Path) -> Vec<&'a str> {
+    let dir = dir.display().to_string();
+    out.lines()
+        .filter(|l| l.starts_with(&dir) && l.contains("parts where the spec departs from vLLM"))
+        .collect()
 }
 
 /// The events of one engine's model log, in order: (step, event, request).
@@ -244,11 +295,7 @@ fn kv_both_prefill_load_agrees_with_vllm_and_a_wake_up_vllm_did_not_do_parts() {
         text.replace("\nclient-abort = true\n", "\nclient-abort = false\n"),
     )
     .unwrap();
-    let (runs, (code, out, err)) = simulate_and_confirm(&spec, &[], dir.path(), 10);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("10 runs played into vLLM 0.34.0"), "{out}");
-    assert!(out.contains(": 10 agree, 0 part where"), "{out}");
-    assert!(out.contains(", 0 part unexplained"), "{out}");
+    let mut runs = simulate(&spec, &[], &dir.path().join("sim"), 10);
     for run in &runs {
         let kinds: Vec<String> = model_log(run, "prefill").into_iter().map(|e| e.1).collect();
         assert_eq!(
@@ -257,18 +304,22 @@ fn kv_both_prefill_load_agrees_with_vllm_and_a_wake_up_vllm_did_not_do_parts() {
             "{run}: P's load not exercised"
         );
     }
-    // The twin: the model claims P's wake-up before any worker reported the load.
-    let log = std::path::Path::new(&runs[0]).join("prefill/scheduler.jsonl");
-    let mut text = std::fs::read_to_string(&log).unwrap();
-    text.push_str("{\"step\":0,\"event\":\"woken\",\"request_id\":\"req0\"}\n");
-    std::fs::write(&log, text).unwrap();
-    let mut args = vec!["confirm"];
-    args.extend(runs.iter().map(String::as_str));
-    let (code, out, _) = run(&args);
-    assert_eq!(code, 1, "{out}");
+    // The twin, played beside them: the model claims P's wake-up before any worker
+    // reported the load.
+    let twin = dir.path().join("twin");
+    runs.push(with_event(
+        &runs[0],
+        &twin,
+        "prefill",
+        "{\"step\":0,\"event\":\"woken\",\"request_id\":\"req0\"}",
+    ));
+    let (code, out, err) = confirm(&runs, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("11 runs played into vLLM 0.34.0"), "{out}");
+    assert!(out.contains(": 10 agree, 0 part where"), "{out}");
     assert!(out.contains(", 1 part unexplained"), "{out}");
     assert!(
-        out.contains("run-0000: parts at the prefill engine, before step 0: the model logs waiting-for-remote-kvs req0, woken req0; vLLM waiting-for-remote-kvs req0"),
+        out.contains(&format!("{}: parts at the prefill engine, before step 0: the model logs waiting-for-remote-kvs req0, woken req0; vLLM waiting-for-remote-kvs req0", twin.display())),
         "{out}"
     );
 }
@@ -287,7 +338,8 @@ fn kv_both_abort_while_prefill_loads_frees_it_after_the_load_as_vllm_does() {
     }
     let dir = tempfile::tempdir().unwrap();
     let spec = root().join("specs/kv-both-one-count-fix.toml");
-    let (runs, (code, out, err)) = simulate_and_confirm(&spec, &[], dir.path(), 10);
+    let runs = simulate(&spec, &[], dir.path(), 10);
+    let (code, out, err) = confirm(&runs, &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(", 0 part unexplained"), "{out}");
     let aborted_loading = runs
@@ -314,15 +366,14 @@ fn issue25_a_completion_for_a_forgotten_request_kills_vllm_as_the_model_says() {
         .join("specs/vllm-ascend-6570-report-after-timeout.toml")
         .display()
         .to_string();
+    // Both points' runs in one call.
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = Vec::new();
+    let mut points = Vec::new();
     for (point, dies) in [("assert", true), ("drop", false)] {
-        let dir = tempfile::tempdir().unwrap();
-        let out_dir = dir.path().join("sim").display().to_string();
+        let sim = dir.path().join(point);
         let point = format!("scheduler.unknown-completion={point}");
-        let (code, _, err) = run(&[
-            "simulate", &spec, "--point", &point, "--seed", "25", "--runs", "60", "--out", &out_dir,
-        ]);
-        assert_eq!(code, 0, "{err}");
-        let runs: Vec<String> = (0..60).map(|i| format!("{out_dir}/run-{i:04}")).collect();
+        let runs = simulate(std::path::Path::new(&spec), &[&point], &sim, 60);
         let reported_again = runs
             .iter()
             .filter(|r| {
@@ -332,18 +383,14 @@ fn issue25_a_completion_for_a_forgotten_request_kills_vllm_as_the_model_says() {
             })
             .count();
         assert!(reported_again > 0, "{point}: no run re-reported");
-        let mut args = vec!["confirm"];
-        args.extend(runs.iter().map(String::as_str));
-        let (code, out, err) = run(&args);
-        assert_eq!(code, 0, "{point}: {out}{err}");
-        assert!(out.contains(", 0 part unexplained"), "{point}: {out}");
-        let departed = if dies { 0 } else { reported_again };
-        assert!(
-            out.contains(&format!(
-                ", {departed} part where their spec departs from vLLM's scheduler"
-            )),
-            "{point}: {out}"
-        );
+        all.extend(runs);
+        points.push((point, sim, if dies { 0 } else { reported_again }));
+    }
+    let (code, out, err) = confirm(&all, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(", 0 part unexplained"), "{out}");
+    for (point, sim, departed) in points {
+        assert_eq!(departures(&out, &sim).len(), departed, "{point}: {out}");
     }
 }
 
@@ -358,18 +405,27 @@ fn issue25_a_final_step_preemption_before_50297_departs_from_vllm_and_the_fix_ag
         return;
     }
     let spec = root().join("specs/prefill-final-step-preemption.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = Vec::new();
+    let mut points = Vec::new();
     for (point, departs) in [("finishes-empty", true), ("drops-stale-output", false)] {
-        let dir = tempfile::tempdir().unwrap();
+        let sim = dir.path().join(point);
         let point = format!("scheduler.final-step-preemption={point}");
-        let (_, (code, out, err)) =
-            simulate_and_confirm(&spec, &[&point, "requests=2"], dir.path(), 10);
-        assert_eq!(code, 0, "{point}: {out}{err}");
-        assert!(out.contains(", 0 part unexplained"), "{point}: {out}");
-        let departed = out
-            .lines()
-            .filter(|l| l.contains("scheduler.final-step-preemption = \"finishes-empty\""))
-            .count();
-        assert_eq!(departed > 0, departs, "{point}: {out}");
+        all.extend(simulate(&spec, &[&point, "requests=2"], &sim, 10));
+        points.push((point, sim, departs));
+    }
+    let (code, out, err) = confirm(&all, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(", 0 part unexplained"), "{out}");
+    for (point, sim, departs) in points {
+        let departed = departures(&out, &sim);
+        assert_eq!(!departed.is_empty(), departs, "{point}: {out}");
+        assert!(
+            departed
+                .iter()
+                .all(|l| l.contains("scheduler.final-step-preemption = \"finishes-empty\"")),
+            "{point}: {out}"
+        );
     }
 }
 
@@ -401,24 +457,41 @@ fn issue25_p_own_load_every_kv_both_trace_is_confirmed_and_the_old_models_run_pa
     written.sort();
     assert_eq!(written.len(), 6, "{written:?}");
     // The clauses the second load completion breaks (the others are confirmed already
-    // before it, by the same play); each confirm starts vLLM afresh, ~15 s.
-    let after_second = written.iter().filter(|p| {
-        let name = p.to_string_lossy();
-        name.contains("__exactly-once__") || name.contains("__no-free-under-rdma__")
-    });
-    for trace in after_second {
-        let trace = trace.display().to_string();
-        let (code, out, err) = run(&["confirm", &trace, "--spec", &spec]);
-        assert_eq!(code, 0, "{trace}: {out}{err}");
-        assert!(out.contains("confirmed on vLLM 0.34.0"), "{trace}: {out}");
-    }
-
+    // before it, by the same play), played with the old model's run in one call.
+    let mut inputs: Vec<String> = written
+        .iter()
+        .map(|p| p.display().to_string())
+        .filter(|name| name.contains("__exactly-once__") || name.contains("__no-free-under-rdma__"))
+        .collect();
+    assert_eq!(inputs.len(), 3, "{written:?}");
     let old = root()
         .join("tests/fixtures/confirm/woken-prefill-past-a-step")
         .display()
         .to_string();
-    let (code, out, err) = run(&["confirm", &old]);
+    inputs.push(old);
+    let kept = dir.path().join("recorded");
+    let kept_arg = kept.display().to_string();
+    let (code, out, err) = confirm(&inputs, &["--spec", &spec, "--out", &kept_arg]);
     assert_eq!(code, 1, "{out}{err}");
+    for trace in &inputs[..3] {
+        assert!(
+            trace_block(&out, trace)
+                .lines()
+                .any(|l| l.starts_with("confirmed on vLLM 0.34.0")),
+            "{trace}: {out}"
+        );
+        // Several traces' recorded runs are kept apart, each named after its trace.
+        let stem = std::path::Path::new(trace)
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        let stem = stem.trim_end_matches(".itf.json");
+        assert!(
+            kept.join(stem).join("prefill/scheduler.jsonl").is_file(),
+            "{stem}"
+        );
+    }
+    assert!(out.contains("1 runs played into vLLM 0.34.0"), "{out}");
     assert!(out.contains("1 part unexplained"), "{out}");
     assert!(
         out.contains("vLLM aborted req1, delay-freed req1, freed req0"),
@@ -441,7 +514,7 @@ fn issue24_an_abort_with_a_load_and_a_save_in_flight_kills_vllm_as_the_model_say
     let dir = tempfile::tempdir().unwrap();
     let bug = root().join("specs/vllm-46240-abort-load-and-save.toml");
     let traces = write_traces(&bug.display().to_string(), dir.path());
-    for (clause, evidence) in [
+    let clauses = [
         (
             "exactly-once__emitted-for-unknown-request",
             "vLLM raised AssertionError at vllm/v1/core/sched/scheduler.py",
@@ -450,30 +523,49 @@ fn issue24_an_abort_with_a_load_and_a_save_in_flight_kills_vllm_as_the_model_say
             "recv-after-stable__prefill-before-load-complete",
             "vLLM's scheduler frees",
         ),
-    ] {
-        let trace = traces.join(format!("vllm-46240-abort-load-and-save__{clause}.itf.json"));
-        let (code, out, err) = run(&["confirm", &trace.display().to_string()]);
-        assert_eq!(code, 0, "{clause}: {out}{err}");
-        assert!(out.contains("confirmed on vLLM 0.34.0"), "{clause}: {out}");
-        assert!(out.contains(evidence), "{clause}: {out}");
-        assert!(
-            out.contains("aborted req0 @0, delay-freed req0 @0"),
-            "{out}"
-        );
-    }
+    ];
+    let mut inputs: Vec<String> = clauses
+        .iter()
+        .map(|(clause, _)| {
+            let name = format!("vllm-46240-abort-load-and-save__{clause}.itf.json");
+            traces.join(name).display().to_string()
+        })
+        .collect();
+    // The spec's runs and its fixed twin's, in the same call.
+    let mut specs = Vec::new();
     for (spec, departs) in [
         ("specs/vllm-46240-abort-load-and-save.toml", false),
         ("specs/vllm-46240-abort-load-and-save-fix.toml", true),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let (_, (code, out, err)) = simulate_and_confirm(&root().join(spec), &[], dir.path(), 30);
-        assert_eq!(code, 0, "{spec}: {out}{err}");
-        assert!(out.contains(", 0 part unexplained"), "{spec}: {out}");
-        let departed = out
-            .lines()
-            .filter(|l| l.contains("scheduler.aborted-transfers = \"free-after-all\""))
-            .count();
-        assert_eq!(departed > 0, departs, "{spec}: {out}");
+        let sim = dir.path().join(spec.trim_start_matches("specs/"));
+        inputs.extend(simulate(&root().join(spec), &[], &sim, 30));
+        specs.push((spec, sim, departs));
+    }
+    let (code, out, err) = confirm(&inputs, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    for ((clause, evidence), trace) in clauses.iter().zip(&inputs) {
+        let block = trace_block(&out, trace);
+        assert!(
+            block.contains("confirmed on vLLM 0.34.0"),
+            "{clause}: {out}"
+        );
+        assert!(block.contains(evidence), "{clause}: {out}");
+        assert!(
+            block.contains("aborted req0 @0, delay-freed req0 @0"),
+            "{clause}: {out}"
+        );
+    }
+    assert!(out.contains("60 runs played into vLLM 0.34.0"), "{out}");
+    assert!(out.contains(", 0 part unexplained"), "{out}");
+    for (spec, sim, departs) in specs {
+        let departed = departures(&out, &sim);
+        assert_eq!(!departed.is_empty(), departs, "{spec}: {out}");
+        assert!(
+            departed
+                .iter()
+                .all(|l| l.contains("scheduler.aborted-transfers = \"free-after-all\"")),
+            "{spec}: {out}"
+        );
     }
 }
 
@@ -489,6 +581,9 @@ fn issue24_a_second_load_after_a_preemption_on_d_parts_from_vllm_only_where_it_w
     if !vllm_available() {
         return;
     }
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = Vec::new();
+    let mut specs = Vec::new();
     for (spec, departs) in [
         ("specs/vllm-57705-second-load-after-preemption.toml", true),
         (
@@ -496,14 +591,21 @@ fn issue24_a_second_load_after_a_preemption_on_d_parts_from_vllm_only_where_it_w
             false,
         ),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let (_, (code, out, err)) = simulate_and_confirm(&root().join(spec), &[], dir.path(), 30);
-        assert_eq!(code, 0, "{spec}: {out}{err}");
-        assert!(out.contains(", 0 part unexplained"), "{spec}: {out}");
-        let departed = out
-            .lines()
-            .filter(|l| l.contains("consumer.lookup-after-load = \"second-load\""))
-            .count();
-        assert_eq!(departed > 0, departs, "{spec}: {out}");
+        let sim = dir.path().join(spec.trim_start_matches("specs/"));
+        all.extend(simulate(&root().join(spec), &[], &sim, 30));
+        specs.push((spec, sim, departs));
+    }
+    let (code, out, err) = confirm(&all, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(", 0 part unexplained"), "{out}");
+    for (spec, sim, departs) in specs {
+        let departed = departures(&out, &sim);
+        assert_eq!(!departed.is_empty(), departs, "{spec}: {out}");
+        assert!(
+            departed
+                .iter()
+                .all(|l| l.contains("consumer.lookup-after-load = \"second-load\"")),
+            "{spec}: {out}"
+        );
     }
 }

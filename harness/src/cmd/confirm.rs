@@ -38,18 +38,22 @@ use std::path::{Path, PathBuf};
 /// model against vLLM.
 ///
 /// vLLM runs in a virtual environment's Python: --python, else $KVCC_VLLM_PYTHON, else
-/// ~/.cache/kvcc/vllm-venv/bin/python (scripts/install-vllm.sh makes it). Exit 0
-/// confirmed (every run agrees), 1 not confirmed or parted, 2 bad input or no usable
-/// vLLM.
+/// ~/.cache/kvcc/vllm-venv/bin/python (scripts/install-vllm.sh makes it). Traces and
+/// run directories may be given together, any number of each: vLLM is imported once.
+/// Exit 0 when every trace is confirmed and every run agrees (or departs as its spec
+/// states), 1 when a trace is not confirmed or a run parts unexplained, 2 bad input or
+/// no usable vLLM.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
   kvcc check specs/pr59325-regression.toml --all-traces --trace-dir traces
   kvcc confirm traces/pr59325-regression__<point>__eventually-freed__<clause>.itf.json
   kvcc confirm TRACE.itf.json --spec specs/pr59325-fix.toml     # the same steps with the fix's reports
+  kvcc confirm traces/*.itf.json                                 # every trace, one vLLM process
   kvcc simulate specs/pr59325-fix.toml --runs 100 --out sim && kvcc confirm sim/run-*")]
 pub struct Args {
-    /// An ITF trace, or `kvcc simulate` run directories (each with model.json).
+    /// ITF traces and `kvcc simulate` run directories (each with model.json), in any
+    /// number: all are played in one vLLM process, which pays vLLM's import once.
     #[arg(value_name = "TRACE|RUN_DIR", required = true)]
     pub inputs: Vec<String>,
     /// Replay a trace against this spec instead of the one it names.
@@ -63,21 +67,14 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub quiet_steps: u64,
     /// Keep the recorded runs a trace is written as in DIR (default: a temporary
-    /// directory, removed).
+    /// directory, removed); with several traces, each in DIR/NAME, NAME the trace file's
+    /// name without `.itf.json`.
     #[arg(long, value_name = "DIR")]
     pub out: Option<String>,
 }
 
 pub fn exec(args: Args) -> Exit {
-    let traces = args.inputs.iter().all(|i| i.ends_with(".json"));
-    let result = if traces && args.inputs.len() == 1 {
-        confirm_trace(&args, &args.inputs[0])
-    } else if traces {
-        Err(InputError::usage("confirm one trace at a time"))
-    } else {
-        differential(&args)
-    };
-    match result {
+    match confirm_all(&args) {
         Ok(exit) => exit,
         Err(e) => {
             print_errors(&[e]);
@@ -86,11 +83,79 @@ pub fn exec(args: Args) -> Exit {
     }
 }
 
+/// Every trace and every run directory among the inputs, prepared first (a bad input
+/// ends the command before vLLM starts), then played in one vLLM process, then each
+/// trace reported and the runs compared.
+fn confirm_all(args: &Args) -> Result<Exit, InputError> {
+    let (trace_files, run_dirs): (Vec<&String>, Vec<&String>) =
+        args.inputs.iter().partition(|i| i.ends_with(".json"));
+    if args.spec.is_some() && trace_files.is_empty() {
+        return Err(InputError::usage(
+            "--spec applies to a trace, not to run directories",
+        ));
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("kvcc-confirm-run-")
+        .tempdir()
+        .map_err(|e| InputError::usage(format!("cannot make a temporary directory: {e}")))?;
+    let mut traces = Vec::new();
+    for file in &trace_files {
+        // One trace's recorded runs go to --out itself, several traces' each to a
+        // directory of --out named after the trace file.
+        let stem = Path::new(file.as_str())
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("trace")
+            .trim_end_matches(".json")
+            .trim_end_matches(".itf");
+        let dir = match &args.out {
+            Some(out) if trace_files.len() == 1 => PathBuf::from(out),
+            Some(out) => Path::new(out).join(stem),
+            None => scratch.path().join(format!("trace-{}", traces.len())),
+        };
+        traces.push(prepare_trace(args, file, dir)?);
+    }
+    let runs = run_dirs
+        .iter()
+        .map(|dir| prepare_run(args, dir))
+        .collect::<Result<Vec<_>, _>>()?;
+    let jobs: Vec<&Job> = traces
+        .iter()
+        .flat_map(|t| &t.jobs)
+        .chain(runs.iter().flat_map(|r| &r.jobs))
+        .collect();
+    let started = std::time::Instant::now();
+    let (version, played) = confirm::play(&python(args)?, &jobs).map_err(InputError::usage)?;
+    let mut played = played.into_iter();
+    let mut found = false;
+    for trace in &traces {
+        let mine: Vec<Played> = played.by_ref().take(trace.jobs.len()).collect();
+        found |= !report_trace(trace, &version, &mine)?;
+    }
+    if !runs.is_empty() {
+        let mine: Vec<Played> = played.collect();
+        found |= !compare_runs(&runs, &version, &mine, started.elapsed())?;
+    }
+    Ok(if found { Exit::Finding } else { Exit::Ok })
+}
+
 fn python(args: &Args) -> Result<PathBuf, InputError> {
     confirm::python(args.python.as_deref()).map_err(InputError::usage)
 }
 
-fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
+/// A trace replayed against its spec and written as recorded runs, ready to play.
+struct Trace {
+    file: String,
+    name: String,
+    clause_kind: Kind,
+    property: &'static str,
+    steps: usize,
+    model_violates: bool,
+    quiet_steps: u64,
+    jobs: Vec<Job>,
+}
+
+fn prepare_trace(args: &Args, file: &str, dir: PathBuf) -> Result<Trace, InputError> {
     let loaded = load(file)?;
     let model = model_of(file, &loaded.trace, args.spec.as_deref())?;
     let meta = &loaded.trace.meta;
@@ -107,7 +172,6 @@ fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
         });
     };
     let clause = &CLAUSES[index];
-    let name = format!("{}: {}", clause.property, clause.clause);
     if let Some(step) = loaded.actions.iter().position(|a| !in_topology(&model, a)) {
         return Err(InputError {
             field: Some(format!("states[{}]", step + 1)),
@@ -127,20 +191,6 @@ fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
         )
     })?;
     let last = states.last().expect("a path has its initial state");
-    let model_violates = !(clause.holds)(&model.config, last);
-    let scratch;
-    let dir: PathBuf = match &args.out {
-        Some(out) => PathBuf::from(out),
-        None => {
-            scratch = tempfile::Builder::new()
-                .prefix("kvcc-confirm-run-")
-                .tempdir()
-                .map_err(|e| {
-                    InputError::usage(format!("cannot make a temporary directory: {e}"))
-                })?;
-            scratch.path().join("run")
-        }
-    };
     let write = |engine: Engine, log: &crate::simulate::EngineLog| {
         let path = dir.join(engine.name());
         log.write(&path).map_err(|e| {
@@ -154,23 +204,39 @@ fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
     } else {
         0
     };
-    let jobs = [Engine::Prefill, Engine::Decode].map(|e| Job {
-        dir: dir.join(e.name()),
+    let jobs = [Engine::Prefill, Engine::Decode]
+        .map(|e| Job {
+            dir: dir.join(e.name()),
+            quiet_steps,
+            failure_policy: confirm::failure_policy(&model.config),
+        })
+        .into();
+    Ok(Trace {
+        file: file.to_string(),
+        name: format!("{}: {}", clause.property, clause.clause),
+        clause_kind: clause.kind,
+        property: clause.property,
+        steps: loaded.actions.len(),
+        model_violates: !(clause.holds)(&model.config, last),
         quiet_steps,
-        failure_policy: confirm::failure_policy(&model.config),
-    });
-    let (version, played) = confirm::play(&python(args)?, &jobs).map_err(InputError::usage)?;
-    let death = confirm::kills_the_engine(&name) && model_violates;
+        jobs,
+    })
+}
+
+/// Prints what vLLM did with `trace`'s steps; true when it confirms the violation.
+fn report_trace(trace: &Trace, version: &str, played: &[Played]) -> Result<bool, InputError> {
+    let Trace { file, name, .. } = trace;
+    let death = confirm::kills_the_engine(name) && trace.model_violates;
     outln!(
         "{file}: {name} ({} steps) played into vLLM {version}{}",
-        loaded.actions.len(),
-        if quiet_steps > 0 {
-            format!(", then {quiet_steps} quiet steps")
+        trace.steps,
+        if trace.quiet_steps > 0 {
+            format!(", then {} quiet steps", trace.quiet_steps)
         } else {
             String::new()
         }
     );
-    for (job, p) in jobs.iter().zip(&played) {
+    for (job, p) in trace.jobs.iter().zip(played) {
         let events = model_events(&job.dir).map_err(InputError::usage)?;
         outln!(
             "  {}: E = {} of {} ranks, {} steps; vLLM's facts at the end: {}",
@@ -185,25 +251,25 @@ fn confirm_trace(args: &Args, file: &str) -> Result<Exit, InputError> {
             outln!("not confirmed: vLLM and the model part at the {parting}");
             outln!("  the model's {} log: {}", p.engine, show(&events));
             outln!("  vLLM's {} events: {}", p.engine, show(&p.events));
-            return Ok(Exit::Finding);
+            return Ok(false);
         }
     }
-    if !model_violates {
+    if !trace.model_violates {
         outln!(
             "not confirmed: under this spec the model's run does not end in {name}, and vLLM agrees with it event for event"
         );
-        return Ok(Exit::Finding);
+        return Ok(false);
     }
-    match evidence(clause.property, clause.kind, death, &played) {
+    match evidence(trace.property, trace.clause_kind, death, played) {
         Some(evidence) => {
             outln!("confirmed on vLLM {version}: {name}: {evidence}");
-            Ok(Exit::Ok)
+            Ok(true)
         }
         None => {
             outln!(
                 "not confirmed: vLLM agrees with the model event for event, but does not show {name} itself"
             );
-            Ok(Exit::Finding)
+            Ok(false)
         }
     }
 }
@@ -278,54 +344,66 @@ fn evidence(property: &str, kind: Kind, death: bool, played: &[Played]) -> Optio
     }
 }
 
-/// `kvcc confirm RUN_DIR...`: every simulated run played, every run's events compared.
-fn differential(args: &Args) -> Result<Exit, InputError> {
-    if args.spec.is_some() {
-        return Err(InputError::usage(
-            "--spec applies to a trace, not to run directories",
-        ));
-    }
-    let mut runs: Vec<(PathBuf, bool, Vec<confirm::Departure>)> = Vec::new();
-    let mut jobs = Vec::new();
-    for input in &args.inputs {
-        let dir = Path::new(input);
-        let meta_file = dir.join("model.json");
-        let shown = meta_file.display().to_string();
-        let text = std::fs::read_to_string(&meta_file)
-            .map_err(|e| InputError::file(&shown, format!("not a `kvcc simulate` run: {e}")))?;
-        let meta: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| InputError::file(&shown, format!("not JSON: {e}")))?;
-        let quiet = meta["ends"].as_str() == Some(End::Quiescent.text());
-        let death = meta["violated"].as_array().is_some_and(|v| {
-            v.iter()
-                .any(|c| c.as_str().is_some_and(confirm::kills_the_engine))
-        });
-        let config = config_of(&shown, &meta)?;
-        runs.push((dir.to_path_buf(), death, confirm::departures(&config)));
-        for engine in [Engine::Prefill, Engine::Decode] {
-            jobs.push(Job {
-                dir: dir.join(engine.name()),
-                quiet_steps: if quiet { args.quiet_steps } else { 0 },
-                failure_policy: confirm::failure_policy(&config),
-            });
-        }
-    }
-    let started = std::time::Instant::now();
-    let (version, played) = confirm::play(&python(args)?, &jobs).map_err(InputError::usage)?;
+/// A `kvcc simulate` run directory, ready to play.
+struct Run {
+    dir: PathBuf,
+    /// The model's run broke a clause that kills vLLM's engine.
+    death: bool,
+    departures: Vec<confirm::Departure>,
+    jobs: Vec<Job>,
+}
+
+fn prepare_run(args: &Args, input: &str) -> Result<Run, InputError> {
+    let dir = Path::new(input);
+    let meta_file = dir.join("model.json");
+    let shown = meta_file.display().to_string();
+    let text = std::fs::read_to_string(&meta_file)
+        .map_err(|e| InputError::file(&shown, format!("not a `kvcc simulate` run: {e}")))?;
+    let meta: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| InputError::file(&shown, format!("not JSON: {e}")))?;
+    let quiet = meta["ends"].as_str() == Some(End::Quiescent.text());
+    let death = meta["violated"].as_array().is_some_and(|v| {
+        v.iter()
+            .any(|c| c.as_str().is_some_and(confirm::kills_the_engine))
+    });
+    let config = config_of(&shown, &meta)?;
+    let jobs = [Engine::Prefill, Engine::Decode]
+        .map(|engine| Job {
+            dir: dir.join(engine.name()),
+            quiet_steps: if quiet { args.quiet_steps } else { 0 },
+            failure_policy: confirm::failure_policy(&config),
+        })
+        .into();
+    Ok(Run {
+        dir: dir.to_path_buf(),
+        death,
+        departures: confirm::departures(&config),
+        jobs,
+    })
+}
+
+/// `kvcc confirm RUN_DIR...`: every simulated run's events compared with vLLM's; true
+/// when none parts unexplained.
+fn compare_runs(
+    runs: &[Run],
+    version: &str,
+    played: &[Played],
+    elapsed: std::time::Duration,
+) -> Result<bool, InputError> {
     let (mut parted, mut departed) = (0, 0);
-    for (i, (dir, death, departures)) in runs.iter().enumerate() {
+    for (i, run) in runs.iter().enumerate() {
         for p in &played[2 * i..2 * i + 2] {
             let events = model_events(Path::new(&p.run)).map_err(InputError::usage)?;
-            if let Some(parting) = compare(&events, p, *death) {
-                if let Some(departure) = departures.iter().find(|d| d.explains(&parting)) {
+            if let Some(parting) = compare(&events, p, run.death) {
+                let dir = run.dir.display();
+                if let Some(departure) = run.departures.iter().find(|d| d.explains(&parting)) {
                     departed += 1;
                     outln!(
-                        "{}: parts where the spec departs from vLLM, at the {parting}: {departure}",
-                        dir.display()
+                        "{dir}: parts where the spec departs from vLLM, at the {parting}: {departure}"
                     );
                 } else {
                     parted += 1;
-                    outln!("{}: parts at the {parting}", dir.display());
+                    outln!("{dir}: parts at the {parting}");
                     outln!("  the model's log: {}", show(&events));
                     outln!("  vLLM's events: {}", show(&p.events));
                 }
@@ -337,9 +415,9 @@ fn differential(args: &Args) -> Result<Exit, InputError> {
     outln!(
         "{} runs played into vLLM {version} in {:.1} s: {agree} agree, {departed} part where their spec departs from vLLM's scheduler, {parted} part unexplained",
         runs.len(),
-        started.elapsed().as_secs_f64(),
+        elapsed.as_secs_f64(),
     );
-    Ok(if parted == 0 { Exit::Ok } else { Exit::Finding })
+    Ok(parted == 0)
 }
 
 /// The model configuration a simulated run came from (`model.json`'s spec and point).
