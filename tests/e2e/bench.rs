@@ -330,3 +330,31 @@ fn issue28_head_only_reaper_3_requests_is_violated_in_4611112_states() {
     assert!(outcome.matches);
     assert_eq!(outcome.unique_states, 4_611_112);
 }
+
+/// The same benchmark under `--first-violation` (issue 28, item 1's answer in the time to
+/// the shallowest violation): leases-reaped breaks at depth 6, and the run stops there,
+/// after 834 states instead of 4.6 million. It matches the spec's expectation (only
+/// leases-reaped) and is marked incomplete.
+#[test]
+fn issue28_head_only_reaper_3_requests_first_violation_stops_after_834_states() {
+    let spec = bench_spec("pr59325-fix-pcp4-tp2-3-requests-head-only", unchanged);
+    let cases = spec.cases(&[]).expect("cases");
+    let settings = Settings {
+        threads: 2,
+        first_violation: true,
+        ..Settings::default()
+    };
+    let outcome = run::check(&spec, &cases[0], &settings).expect("checked");
+    assert_eq!(
+        outcome.observed.incomplete(),
+        Some("stopped after depth 6, the first to break a clause (first violation asked for)")
+    );
+    assert!(outcome.matches);
+    assert_eq!(outcome.unique_states, 834);
+    let found: Vec<&str> = outcome
+        .violations
+        .iter()
+        .map(|v| v.property.as_str())
+        .collect();
+    assert_eq!(found, ["leases-reaped"]);
+}
