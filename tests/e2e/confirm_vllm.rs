@@ -100,20 +100,13 @@ fn issue25_simulated_runs_agree_with_vllm_and_a_wrong_model_event_parts() {
     assert_eq!(code, 0, "{err}");
     let mut runs: Vec<String> = (0..20).map(|i| format!("{out_dir}/run-{i:04}")).collect();
     // The twin, played beside them: a model log claiming a free vLLM never does parts.
-    let twin = dir.path().join("twin");
-    runs.push(with_event(
-        &runs[0],
-        &twin,
-        "prefill",
+    let (out, twin) = confirm_with_twin(
+        &mut runs,
+        dir.path(),
         "{\"step\":0,\"event\":\"freed\",\"request_id\":\"req7\"}",
-    ));
-    let (code, out, err) = confirm(&runs, &[]);
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(out.contains("21 runs played into vLLM 0.34.0"), "{out}");
-    assert!(out.contains(": 20 agree, 0 part where"), "{out}");
-    assert!(out.contains(", 1 part unexplained"), "{out}");
+    );
     assert!(
-        out.contains(&format!("{}: parts at the prefill engine", twin.display())),
+        out.contains(&format!("{twin}: parts at the prefill engine")),
         "{out}"
     );
 }
@@ -127,16 +120,8 @@ fn issue25_a_spec_departing_from_vllms_scheduler_parts_only_where_it_departs() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("sim").display().to_string();
-    let spec = root()
-        .join("specs/vllm-43226-stale-recv-after-abort.toml")
-        .display()
-        .to_string();
-    let (code, _, err) = run(&[
-        "simulate", &spec, "--seed", "25", "--runs", "40", "--out", &out_dir,
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let runs: Vec<String> = (0..40).map(|i| format!("{out_dir}/run-{i:04}")).collect();
+    let spec = root().join("specs/vllm-43226-stale-recv-after-abort.toml");
+    let runs = simulate(&spec, &[], &dir.path().join("sim"), 40);
     let (code, out, err) = confirm(&runs, &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(", 0 part unexplained"), "{out}");
@@ -226,6 +211,31 @@ fn with_event(run: &str, to: &std::path::Path, engine: &str, line: &str) -> Stri
     to.display().to_string()
 }
 
+/// Confirms `runs` with the broken twin of the first (its prefill log gets `line`, a
+/// model event vLLM does not do, at `dir/twin`) played beside them: every run agrees and
+/// the twin alone parts. Returns the output and the twin's directory.
+fn confirm_with_twin(
+    runs: &mut Vec<String>,
+    dir: &std::path::Path,
+    line: &str,
+) -> (String, String) {
+    let agree = runs.len();
+    let twin = with_event(&runs[0], &dir.join("twin"), "prefill", line);
+    runs.push(twin.clone());
+    let (code, out, err) = confirm(runs, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!("{} runs played into vLLM 0.34.0", agree + 1)),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(": {agree} agree, 0 part where")),
+        "{out}"
+    );
+    assert!(out.contains(", 1 part unexplained"), "{out}");
+    (out, twin)
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
@@ -306,20 +316,13 @@ fn kv_both_prefill_load_agrees_with_vllm_and_a_wake_up_vllm_did_not_do_parts() {
     }
     // The twin, played beside them: the model claims P's wake-up before any worker
     // reported the load.
-    let twin = dir.path().join("twin");
-    runs.push(with_event(
-        &runs[0],
-        &twin,
-        "prefill",
+    let (out, twin) = confirm_with_twin(
+        &mut runs,
+        dir.path(),
         "{\"step\":0,\"event\":\"woken\",\"request_id\":\"req0\"}",
-    ));
-    let (code, out, err) = confirm(&runs, &[]);
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(out.contains("11 runs played into vLLM 0.34.0"), "{out}");
-    assert!(out.contains(": 10 agree, 0 part where"), "{out}");
-    assert!(out.contains(", 1 part unexplained"), "{out}");
+    );
     assert!(
-        out.contains(&format!("{}: parts at the prefill engine, before step 0: the model logs waiting-for-remote-kvs req0, woken req0; vLLM waiting-for-remote-kvs req0", twin.display())),
+        out.contains(&format!("{twin}: parts at the prefill engine, before step 0: the model logs waiting-for-remote-kvs req0, woken req0; vLLM waiting-for-remote-kvs req0")),
         "{out}"
     );
 }
