@@ -272,7 +272,14 @@ fn events(
         // "second-load"`) brings the request back into it, as its status would in vLLM.
         let second_wait =
             |q: &Request| matches!(q.decode, DecodePhase::Loading | DecodePhase::AbortedLoading);
-        if a.decode != b.decode && (!b.decode_preempted || second_wait(a) || second_wait(b)) {
+        // A synchronous load waits in no queue and reports no completion: the recorder
+        // logs nothing for it, its failure included (the step's invalid blocks).
+        let sync =
+            |q: &Request| matches!(q.decode, DecodePhase::SyncLoading | DecodePhase::Rewound);
+        if a.decode != b.decode
+            && !sync(a)
+            && (!b.decode_preempted || second_wait(a) || second_wait(b))
+        {
             let event = match b.decode {
                 DecodePhase::Loading => Some(EventKind::WaitingForRemoteKvs),
                 // Woken once its load is in; with a finite pool running comes later, and
@@ -294,7 +301,9 @@ fn events(
                 | DecodePhase::Deferred
                 | DecodePhase::LookedUp
                 | DecodePhase::Gone
-                | DecodePhase::Crashed => None,
+                | DecodePhase::Crashed
+                | DecodePhase::SyncLoading
+                | DecodePhase::Rewound => None,
             };
             if let Some(event) = event {
                 decode.event(event, request);

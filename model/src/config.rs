@@ -405,6 +405,33 @@ pub struct Consumer {
     /// What D's connector answers when the scheduler asks again about a request whose
     /// remote load already landed (`faults.decode-preempted`).
     pub lookup_after_load: LookupAfterLoad,
+    /// Whether D's connector loads a request asynchronously, while it waits, or
+    /// synchronously, inside the step that runs it.
+    pub load: LoadMode,
+}
+
+/// How D's connector loads: the second half of `get_num_new_matched_tokens`'s answer
+/// (`load_kv_async`, kv_connector/v1/base.py), which the scheduler acts on in `schedule`
+/// (v1/core/sched/scheduler.py).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadMode {
+    /// The request waits in `WAITING_FOR_REMOTE_KVS`, holding its blocks, until its
+    /// workers report it in `finished_recving` (or `failed_recving`): NIXL, MoRIIO and
+    /// Mooncake answer True (nixl/pull_scheduler.py:get_num_new_matched_tokens), and every
+    /// P/D connector kvcc models otherwise does.
+    #[default]
+    Asynchronous,
+    /// The scheduler runs the request at once, counting the tokens to load as computed,
+    /// and hands the load to its workers with that step; each worker loads in the step's
+    /// forward pass (`start_load_kv`, then `wait_for_layer_load` per layer) and the step
+    /// ends only when the load has. No completion is reported: a failed load comes back
+    /// as the step's invalid blocks (`get_block_ids_with_load_errors`), which
+    /// `_handle_invalid_blocks` maps to the running request (vLLM 0.34's
+    /// lmcache_connector.py and example_connector.py answer False; vLLM PR #19330 added
+    /// the failure path). Pull reads only (P writing into D is NIXL's push, which is
+    /// asynchronous), one loading child, lookups answered at once.
+    Synchronous,
 }
 
 /// D's scheduler asks its connector what it can load (`get_num_new_matched_tokens`)
@@ -508,6 +535,7 @@ impl Default for Consumer {
             push_failure: PushFailure::Unannounced,
             async_lookup: false,
             lookup_after_load: LookupAfterLoad::LocalPrefill,
+            load: LoadMode::Asynchronous,
         }
     }
 }
@@ -577,6 +605,9 @@ pub struct Scheduler {
     pub final_step_preemption: FinalStepPreemption,
     /// What D's scheduler does with a request whose remote load failed.
     pub kv_load_failure_policy: KvLoadFailurePolicy,
+    /// What D's scheduler makes of the output of a step still in flight when it rewound
+    /// a request after a failed synchronous load (`consumer.load = "synchronous"`).
+    pub rewound_in_flight_output: RewoundInFlightOutput,
     /// What either scheduler does with a completion for a request it has already freed.
     pub unknown_completion: UnknownCompletion,
     /// When P's scheduler frees a request aborted with both a load and a save in flight
@@ -633,6 +664,27 @@ pub enum KvLoadFailurePolicy {
     /// finished, its blocks are released and it goes back to WAITING where it stood in
     /// the queue, to be prefilled locally: it needs the whole sequence's blocks again.
     Recompute,
+}
+
+/// Under `kv_load_failure_policy = "recompute"` a request whose synchronous load failed
+/// keeps running: `_update_requests_with_invalid_blocks` (v1/core/sched/scheduler.py)
+/// rewinds its computed tokens to the first invalid block and `update_from_output` skips
+/// the failed step's token (`failed_kv_load_req_ids`). With async scheduling the next
+/// step was scheduled before that output came back, on the same blocks; its output is
+/// the next step's to handle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RewoundInFlightOutput {
+    /// Appended as any output is: the rewind marks nothing in flight as stale, unlike
+    /// `_preempt_request`, so the token that step computed over the blocks the load never
+    /// filled reaches the client (current vLLM; vLLM PR #56733, open, and #53298 for
+    /// issue #49250 describe it).
+    #[default]
+    Delivered,
+    /// Discarded as stale: the rewind counts the request's tokens in flight as stale
+    /// (`num_stale_output_tokens`), as a preemption does, and their output is dropped
+    /// (the fix of PRs #56733 and #53298; #45430 proposed the same).
+    Discarded,
 }
 
 /// With async scheduling a step's output arrives after the next step was scheduled, so
@@ -1166,6 +1218,31 @@ impl Config {
                     "not modelled with faults.final-step-preempted (a full prefix hit loads nothing, so an empty block list would not trip D)".into(),
                 );
             }
+        }
+        if self.consumer.load == LoadMode::Synchronous {
+            let unmodelled = [
+                (self.transfer != Transfer::PullReads, "transfer", "a push WRITE is NIXL's, which loads asynchronously"),
+                (self.consumer.loading_children != 1, "consumer.loading-children", "the second loading child is the offloading connector, which loads asynchronously"),
+                (self.consumer.async_lookup, "consumer.async-lookup", "a lookup that answers later is an asynchronous load's"),
+                (self.consumer.lookup_after_load != LookupAfterLoad::LocalPrefill, "consumer.lookup-after-load", "the second load is MoRIIO's, which is asynchronous"),
+                (self.faults.missing_output_rank.hits(false), "faults.missing-output-rank", "a synchronous load's outcome is the step's output itself, and a D step without its output is not modelled with it"),
+            ];
+            if let Some((_, field, why)) = unmodelled.into_iter().find(|(on, _, _)| *on) {
+                return err(
+                    field,
+                    format!("not modelled with consumer.load = \"synchronous\": {why}"),
+                );
+            }
+        }
+        if self.scheduler.rewound_in_flight_output != RewoundInFlightOutput::Delivered
+            && !(self.consumer.load == LoadMode::Synchronous
+                && self.scheduler.kv_load_failure_policy == KvLoadFailurePolicy::Recompute
+                && self.max_concurrent_batches == 2)
+        {
+            return err(
+                "scheduler.rewound-in-flight-output",
+                "needs consumer.load = \"synchronous\", scheduler.kv-load-failure-policy = \"recompute\" and max-concurrent-batches = 2: only then is a step in flight when a failed load rewinds a running request".into(),
+            );
         }
         if self.consumer.async_lookup && self.connector != Connector::MultiOffload {
             return err(

@@ -116,6 +116,10 @@ pub fn action(t: &Topology, action: &Action) -> String {
                 format!("D scheduler: req{request} joins the waiting queue{hit}")
             } else if prefix_hit {
                 format!("D scheduler: admits req{request}{hit}")
+            } else if t.sync_loads {
+                format!(
+                    "D scheduler: admits req{request} and runs it at once: its load goes with the step (synchronous)"
+                )
             } else {
                 format!("D scheduler: admits req{request}, WAITING_FOR_REMOTE_KVS")
             }
@@ -807,7 +811,16 @@ pub fn decode_phase(q: &crate::state::Request) -> String {
         DecodePhase::Running if q.decode_preempted => {
             "prefilled locally after its preemption, running"
         }
+        DecodePhase::Running if q.stale_token => {
+            "running, after delivering a token computed over the blocks its failed load never filled"
+        }
         DecodePhase::Running => "woken, running",
+        DecodePhase::SyncLoading => {
+            "RUNNING in the step that loads its KV synchronously (whole sequence's blocks held)"
+        }
+        DecodePhase::Rewound => {
+            "load failed, rewound to recompute while RUNNING: the step scheduled before the rewind is still in flight on the unfilled blocks"
+        }
         DecodePhase::Failed => "woken with failed load, blocks released",
         DecodePhase::Freed => "freed",
         DecodePhase::Gone => "never admitted",

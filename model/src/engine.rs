@@ -2,7 +2,7 @@
 //! worker returns its completion sets, the executor hands all of them to the aggregator
 //! in rank order, and the scheduler acts on what the aggregator emits.
 
-use crate::config::{AggregatorPolicy, Config, StageOutput, MAX_REQUESTS};
+use crate::config::{AggregatorPolicy, Config, LoadMode, StageOutput, MAX_REQUESTS};
 use crate::offload::{self, StoresDone};
 use crate::state::{
     Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
@@ -141,6 +141,7 @@ pub fn decode_step(
     output_lost: bool,
 ) -> Vec<WorkerOutput<RequestId>> {
     scheduler::schedule_decode(config, state);
+    scheduler::on_sync_load_outputs(config, state);
     for r in 0..state.request_count() as RequestId {
         if advance(&mut state.requests[usize::from(r)].recv_meta) {
             for d in 0..state.topology().decode_world {
@@ -148,10 +149,12 @@ pub fn decode_step(
             }
         }
     }
+    // A synchronous load reports no completion: its outcome is its step's.
+    let reports = config.consumer.load == LoadMode::Asynchronous;
     let mut outputs = Vec::new();
     for worker in 0..state.topology().decode_world {
         let mut output = WorkerOutput::empty(worker);
-        for r in 0..state.request_count() as RequestId {
+        for r in (0..state.request_count() as RequestId).filter(|_| reports) {
             if let Some(failed) = decoder::forward_reports(config, state, worker, r) {
                 output.finished_recving.insert(r);
                 if failed {

@@ -16,7 +16,7 @@ pub fn may_expire(config: &Config, state: &State, rank: Rank, r: RequestId) -> b
     config.producer.lease
         && state.prefill_cell(rank, r).send == SendPhase::ToSend
         && (config.faults.late_read_after_lease
-            || !d_steps(config)
+            || !d_steps(config, state, r)
             || !heartbeats_renew(config)
             || !d_keeps_alive(state, rank, r))
 }
@@ -33,7 +33,9 @@ fn heartbeats_renew(config: &Config) -> bool {
 /// delivery, `delivery.notification`): D read in time, and the lease frees what the
 /// notification would have.
 pub fn expiry_is_a_fault(config: &Config, state: &State, rank: Rank, r: RequestId) -> bool {
-    (config.faults.late_read_after_lease && d_steps(config) && d_keeps_alive(state, rank, r))
+    (config.faults.late_read_after_lease
+        && d_steps(config, state, r)
+        && d_keeps_alive(state, rank, r))
         || state.prefill_cell(rank, r).in_flight > 0
 }
 
@@ -41,8 +43,10 @@ pub fn expiry_is_a_fault(config: &Config, state: &State, rank: Rank, r: RequestI
 /// inside engine steps (reads are posted and completions polled there), so an idle D
 /// sends P nothing — no read, no notification, no heartbeat — and P's lease runs out.
 /// (A modelling choice: the heartbeat's sender is not pinned down in vLLM's code here.)
-fn d_steps(config: &Config) -> bool {
+/// A synchronous load is a running request's: D steps for it whatever its stepping.
+fn d_steps(config: &Config, state: &State, r: RequestId) -> bool {
     config.scheduler.stepping_of(false) == Stepping::KeepStepping
+        || state.requests[usize::from(r)].decode == DecodePhase::SyncLoading
 }
 
 /// Does D still have reads or notifications for `rank` coming? Then its heartbeats keep
@@ -72,7 +76,9 @@ fn d_keeps_alive(state: &State, rank: Rank, r: RequestId) -> bool {
         | DecodePhase::Queued
         | DecodePhase::Deferred
         | DecodePhase::LookedUp => true,
-        DecodePhase::Loading | DecodePhase::AbortedLoading => in_flight || notify_pending,
+        DecodePhase::Loading | DecodePhase::AbortedLoading | DecodePhase::SyncLoading => {
+            in_flight || notify_pending
+        }
         _ => topology
             .handles_reading(rank)
             .any(|h| state.handle(h, r) == HandlePhase::Reading),

@@ -175,6 +175,13 @@ pub const MESSAGES: &[Message] = &[
         delivery: &[],
     },
     Message {
+        name: "invalid-blocks",
+        from: Party::DWorker,
+        to: Party::DScheduler,
+        events: &["DecodeEngineSteps", "ReadFails"],
+        delivery: &[],
+    },
+    Message {
         name: "abort-at-p",
         from: Party::Client,
         to: Party::PScheduler,

@@ -108,6 +108,7 @@ impl ContractModel {
                     queued_after: 0,
                     arrival: 0,
                     decode_preempted: false,
+                    stale_token: false,
                 };
                 n
             ],

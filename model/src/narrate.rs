@@ -113,6 +113,9 @@ pub fn reports(action: &Action, before: &State, after: &State) -> Vec<Made> {
                     }
                 }
             }
+            // A synchronous load's end is its step's, not a report.
+            Action::DecodeEngineSteps { .. }
+                if before.requests[usize::from(r)].decode == DecodePhase::SyncLoading => {}
             Action::DecodeEngineSteps { .. } => {
                 for rank in 0..t.decode_world {
                     let poll = ChildPoll::between(
@@ -646,7 +649,14 @@ fn worker_lines(t: &Topology, before: &State, after: &State) -> Vec<String> {
             if a == b {
                 continue;
             }
+            let sync = after.requests[usize::from(r)].decode == DecodePhase::SyncLoading;
             match a {
+                DecodeCell::Done { failed: false } if sync => lines.push(format!(
+                    "D rank {d} is done loading req{r}: the step waiting for it can end"
+                )),
+                DecodeCell::Done { failed: true } if sync => lines.push(format!(
+                    "D rank {d} gives up on req{r}: the step waiting for it ends with its blocks invalid"
+                )),
                 DecodeCell::Done { failed: false } if b != DecodeCell::Idle => lines.push(format!(
                     "D rank {d} is done with req{r}: it reports it received at its next step"
                 )),
@@ -761,6 +771,31 @@ fn prefill_worker_lines(t: &Topology, before: &State, after: &State) -> Vec<Stri
     lines
 }
 
+/// Synchronous loads whose step ended at this step, and outputs of steps in flight at a
+/// rewind (`consumer.load = "synchronous"`).
+fn sync_load_lines(before: &State, after: &State) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (r, (b, a)) in before.requests.iter().zip(&after.requests).enumerate() {
+        match b.decode {
+            DecodePhase::SyncLoading if a.decode != b.decode => {
+                lines.push(if a.emitted & Request::EMITTED_FAILURE != 0 {
+                    format!("the step that loaded req{r} ends, its workers naming the blocks its load failed to fill (invalid blocks)")
+                } else {
+                    format!("the step that loaded req{r} ends, its workers naming no invalid blocks")
+                })
+            }
+            DecodePhase::Rewound if a.stale_token => lines.push(format!(
+                "the step scheduled before req{r}'s rewind returns a token computed over the unfilled blocks, and it is delivered (scheduler.rewound-in-flight-output = delivered)"
+            )),
+            DecodePhase::Rewound => lines.push(format!(
+                "the step scheduled before req{r}'s rewind returns its output, dropped as stale (scheduler.rewound-in-flight-output = discarded)"
+            )),
+            _ => {}
+        }
+    }
+    lines
+}
+
 /// Requests whose connector metadata reached the workers at this step.
 fn metadata_lines(prefill: bool, before: &State, after: &State) -> Vec<String> {
     before
@@ -815,6 +850,7 @@ pub fn step(t: &Topology, action: &Action, before: &State, after: &State) -> Str
                     .map(|n| notification_line(n, t, after)),
             );
             what.extend(report_lines(t, "D", &reports(action, before, after)));
+            what.extend(sync_load_lines(before, after));
             what.extend(outcome_lines(t, "D", before, after));
             if what.is_empty() {
                 what.push("nothing reported".into());

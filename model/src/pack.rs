@@ -5,7 +5,7 @@
 //! of a model, are left out and put back on unpacking.
 //!
 //! Layout: per request 4 bytes (scheduler phases and flags, metadata, emissions; D's
-//! preemption in the send metadata's top bit); per P cell 2 bytes (send, store and load
+//! preemption and a stale token in the send metadata's top two bits); per P cell 2 bytes (send, store and load
 //! phases in one, notifications); one byte per handle and per D cell; incidents and
 //! one-shot bits; then both aggregators in the core's own canonical encoding
 //! ([`kvcc_aggregator::Aggregator::pack`]).
@@ -47,7 +47,7 @@ macro_rules! codes {
 
 codes! {
     PrefillPhase { LoadingKv, Prefilling, DelayFreed, Released, Dropped, AbortFreed, FinishedEmpty, AbortedLoadingKv }
-    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp, Recomputing }
+    DecodePhase { Pending, Loading, AbortedLoading, Running, Failed, Freed, Gone, Crashed, Queued, Loaded, Done, Deferred, LookedUp, Recomputing, SyncLoading, Rewound }
     SendPhase { InBatch, ToSend, Expired, Done, Reported, Cleared, Silent, ReportsAgain, ReportedAgain }
     StorePhase { NotUsed, Storing, Stored, Leaked }
     LoadPhase { NotUsed, Loading, Done, Reported }
@@ -121,7 +121,9 @@ pub fn pack(state: &State, out: &mut Vec<u8>) {
     for q in &state.requests {
         out.extend_from_slice(&[
             field(q.prefill, 3, 0) | field(q.decode, 4, 3) | u8::from(q.aborted) << 7,
-            field(q.send_meta, 7, 0) | u8::from(q.decode_preempted) << 7,
+            field(q.send_meta, 6, 0)
+                | u8::from(q.stale_token) << 6
+                | u8::from(q.decode_preempted) << 7,
             field(q.recv_meta, 3, 0) | u8::from(q.prefix_hit) << 3 | q.arrival << 4,
             q.emitted | q.rescue << 4 | q.queued_after << 6,
         ]);
@@ -165,7 +167,8 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
             prefill: unfield(b[0], 3, 0),
             decode: unfield(b[0], 4, 3),
             aborted: b[0] & 1 << 7 != 0,
-            send_meta: unfield(b[1], 7, 0),
+            send_meta: unfield(b[1], 6, 0),
+            stale_token: b[1] & 1 << 6 != 0,
             decode_preempted: b[1] & 1 << 7 != 0,
             recv_meta: unfield(b[2], 3, 0),
             prefix_hit: b[2] & 1 << 3 != 0,

@@ -121,11 +121,18 @@ fn loads_emitted_after_workers(_: &Config, s: &State) -> bool {
     })
 }
 
+/// A request D runs (woken, or rewound and still running) while its reads still write.
 fn woken_after_handles(_: &Config, s: &State) -> bool {
     requests(s).all(|r| {
-        s.requests[usize::from(r)].decode != DecodePhase::Running
-            || !(s.reading(r) || s.child_loading(r))
+        !matches!(
+            s.requests[usize::from(r)].decode,
+            DecodePhase::Running | DecodePhase::Rewound
+        ) || !(s.reading(r) || s.child_loading(r))
     })
+}
+
+fn no_stale_token(_: &Config, s: &State) -> bool {
+    s.requests.iter().all(|q| !q.stale_token)
 }
 
 /// A request D runs after a failed load, which its scheduler never heard of as failed.
@@ -157,7 +164,9 @@ fn no_delay_freed_left(_: &Config, s: &State) -> bool {
 }
 
 fn no_loader_left(_: &Config, s: &State) -> bool {
-    s.requests.iter().all(|q| q.decode != DecodePhase::Loading)
+    s.requests
+        .iter()
+        .all(|q| !matches!(q.decode, DecodePhase::Loading | DecodePhase::SyncLoading))
 }
 
 fn no_aborted_loader_left(_: &Config, s: &State) -> bool {
@@ -304,6 +313,13 @@ pub const FAILURE_REPORTED_AS_SUCCESS: Clause = Clause {
     meaning: "D woke a request as loaded although one of its handles failed",
     holds: failures_not_reported_as_success,
 };
+pub const TOKEN_FROM_FAILED_LOAD: Clause = Clause {
+    property: "recv-after-stable",
+    clause: "token-from-failed-load",
+    kind: Kind::Safety,
+    meaning: "D delivered a token computed over blocks a failed synchronous load never filled: the output of a step scheduled before the scheduler rewound the request to recompute",
+    holds: no_stale_token,
+};
 pub const PREFILL_BEFORE_LOAD_COMPLETE: Clause = Clause {
     property: "recv-after-stable",
     clause: "prefill-before-load-complete",
@@ -364,7 +380,7 @@ pub const LOADER_NEVER_WOKEN: Clause = Clause {
     property: "eventually-woken",
     clause: "loader-never-woken",
     kind: Kind::Liveness,
-    meaning: "a request waits for remote KV on D forever",
+    meaning: "a request waits for remote KV on D forever, or its synchronous load never ends",
     holds: no_loader_left,
 };
 pub const ABORTED_LOADER_NEVER_FREED: Clause = Clause {
@@ -419,6 +435,7 @@ pub const CLAUSES: &[Clause] = &[
     UNANNOUNCED_REPORT,
     WOKEN_WHILE_HANDLE_IN_FLIGHT,
     FAILURE_REPORTED_AS_SUCCESS,
+    TOKEN_FROM_FAILED_LOAD,
     PREFILL_BEFORE_LOAD_COMPLETE,
     COUNTDOWN_REOPENED,
     REPORT_BEYOND_EXPECTED,

@@ -8,12 +8,12 @@
 
 use crate::config::{
     AbortFinished, AbortLoading, AbortedTransfers, AdmissionBehindSkipped, Config, Connector,
-    FinalStepPreemption, KvLoadFailurePolicy, LoadReservation, LookupAfterLoad, ScanOrder,
-    Stepping, UnknownCompletion,
+    FinalStepPreemption, KvLoadFailurePolicy, LoadMode, LoadReservation, LookupAfterLoad,
+    RewoundInFlightOutput, ScanOrder, Stepping, UnknownCompletion,
 };
 use crate::state::{
-    DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
-    StorePhase,
+    DecodeCell, DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, SendPhase,
+    State, StorePhase,
 };
 use kvcc_aggregator::{Direction, StepOutcome};
 use smallvec::SmallVec;
@@ -62,6 +62,12 @@ fn start_load(config: &Config, state: &mut State, r: RequestId) {
         state.incidents.set(Incidents::EMPTY_TRANSFER_PARAMS);
         return;
     }
+    if config.consumer.load == LoadMode::Synchronous {
+        // Running at once: the load travels with the step, and nothing will report it.
+        request.decode = DecodePhase::SyncLoading;
+        request.recv_meta = Metadata::Due(config.max_concurrent_batches);
+        return;
+    }
     request.decode = DecodePhase::Loading;
     if request.decode_preempted {
         return;
@@ -70,6 +76,60 @@ fn start_load(config: &Config, state: &mut State, r: RequestId) {
     state
         .decode_aggregator_mut()
         .announce(Direction::Recving, r);
+}
+
+/// Is `r`'s synchronous load still running in a step D's workers have started? Its
+/// forward pass waits for the load, so D's engine completes no step meanwhile.
+fn sync_load_running(state: &State, r: RequestId) -> bool {
+    let q = &state.requests[usize::from(r)];
+    q.decode == DecodePhase::SyncLoading
+        && q.recv_meta == Metadata::Delivered
+        && (0..state.topology().decode_world)
+            .any(|d| state.decode_cell(d, r) == DecodeCell::Loading)
+}
+
+/// At the start of a D step, the output of the step before it comes back: for a request
+/// whose synchronous load ran in that step, the load's outcome (its workers' invalid
+/// blocks, `_handle_invalid_blocks`), and for a request rewound at the step before, the
+/// output of the step that was already in flight then.
+pub fn on_sync_load_outputs(config: &Config, state: &mut State) {
+    for r in 0..state.request_count() as RequestId {
+        let q = state.requests[usize::from(r)];
+        if q.decode == DecodePhase::Rewound {
+            let request = &mut state.requests[usize::from(r)];
+            request.decode = DecodePhase::Running;
+            if config.scheduler.rewound_in_flight_output == RewoundInFlightOutput::Delivered {
+                request.stale_token = true;
+            }
+            continue;
+        }
+        if q.decode != DecodePhase::SyncLoading || q.recv_meta != Metadata::Delivered {
+            continue;
+        }
+        let mut invalid_blocks = false;
+        for d in 0..state.topology().decode_world {
+            let cell = state.decode_cell_mut(d, r);
+            if let DecodeCell::Done { failed } = *cell {
+                invalid_blocks |= failed;
+                *cell = DecodeCell::Reported;
+            }
+        }
+        let request = &mut state.requests[usize::from(r)];
+        if !invalid_blocks {
+            request.decode = DecodePhase::Running;
+            continue;
+        }
+        request.emitted |= Request::EMITTED_FAILURE;
+        request.decode = match config.scheduler.kv_load_failure_policy {
+            KvLoadFailurePolicy::Fail => DecodePhase::Failed,
+            // Rewound and still running: the step scheduled before this output, if one
+            // is in flight, ran on the blocks the load never filled.
+            KvLoadFailurePolicy::Recompute if config.max_concurrent_batches == 2 => {
+                DecodePhase::Rewound
+            }
+            KvLoadFailurePolicy::Recompute => DecodePhase::Running,
+        };
+    }
 }
 
 /// Where D's waiting-queue scan stopped: the request it could not allocate for.
@@ -155,7 +215,13 @@ pub fn answer_lookup(state: &mut State, r: RequestId) {
 
 /// Free blocks a queued request needs to be admitted.
 fn admission_need(config: &Config, state: &State) -> u8 {
-    match config.scheduler.load_reservation {
+    // A synchronous load runs at once: its whole sequence's blocks.
+    let running = if config.consumer.load == LoadMode::Synchronous {
+        2
+    } else {
+        1
+    };
+    let need = match config.scheduler.load_reservation {
         LoadReservation::PrefixOnly => 1,
         // The whole sequence, beside the block every admitted load still needs to run.
         LoadReservation::FullSequence => {
@@ -165,7 +231,8 @@ fn admission_need(config: &Config, state: &State) -> u8 {
                 .filter(|q| matches!(q.decode, DecodePhase::Loading | DecodePhase::Loaded))
                 .count() as u8
         }
-    }
+    };
+    need.max(running)
 }
 
 /// Keeps arrival numbers dense over the queued requests (0 for the rest), so states that
@@ -340,9 +407,16 @@ fn woken_finishes_next(config: &Config) -> bool {
 pub fn decode_steps(config: &Config, state: &State) -> bool {
     let waits = |d: DecodePhase| matches!(d, DecodePhase::Loading | DecodePhase::AbortedLoading);
     let schedules = |d: DecodePhase| d.unscheduled();
+    // A synchronous load runs in a step: the engine steps for it, but cannot complete the
+    // step while a worker still loads.
+    let runs = |d: DecodePhase| matches!(d, DecodePhase::SyncLoading | DecodePhase::Rewound);
+    if (0..state.request_count() as RequestId).any(|r| sync_load_running(state, r)) {
+        return false;
+    }
     state.requests.iter().any(|q| {
         (config.scheduler.stepping_of(false) == Stepping::KeepStepping && waits(q.decode))
             || schedules(q.decode)
+            || runs(q.decode)
     })
 }
 

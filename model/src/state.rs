@@ -90,6 +90,18 @@ pub enum DecodePhase {
     /// it after its load and its connector offers nothing again
     /// ([`Request::decode_preempted`], `consumer.lookup-after-load = "local-prefill"`).
     Recomputing,
+    /// Running in the step that loads its KV synchronously (`consumer.load =
+    /// "synchronous"`): scheduled at once with its whole sequence's blocks, its load
+    /// metadata travels with the step, and the step's forward pass waits for the load
+    /// (`wait_for_layer_load`), so D's engine completes no step until every worker has
+    /// stopped loading it.
+    SyncLoading,
+    /// Its synchronous load failed and the scheduler rewound it to recompute
+    /// (`kv_load_failure_policy = "recompute"`), keeping it running; with two batches in
+    /// flight, a step scheduled before the rewind still runs on the blocks the load never
+    /// filled, and its output arrives with D's next step
+    /// (`scheduler.rewound-in-flight-output`).
+    Rewound,
 }
 
 impl PrefillPhase {
@@ -123,7 +135,7 @@ impl DecodePhase {
     pub fn blocks(self) -> u8 {
         match self {
             DecodePhase::Loading | DecodePhase::AbortedLoading | DecodePhase::Loaded => 1,
-            DecodePhase::Running => 2,
+            DecodePhase::Running | DecodePhase::SyncLoading | DecodePhase::Rewound => 2,
             _ => 0,
         }
     }
@@ -348,6 +360,10 @@ pub struct Request {
     /// a request): from then on its D phase is its second life at D, a local prefill or
     /// a second load no one sets up (`consumer.lookup-after-load`).
     pub decode_preempted: bool,
+    /// D delivered a token computed on KV its synchronous load never filled: the output
+    /// of a step scheduled before the scheduler rewound the request
+    /// (`scheduler.rewound-in-flight-output = "delivered"`).
+    pub stale_token: bool,
 }
 
 impl Request {
@@ -528,8 +544,11 @@ impl State {
             DecodePhase::Queued => 1,
             DecodePhase::Deferred => 2,
             DecodePhase::LookedUp => 3,
-            DecodePhase::Loading => 4,
-            DecodePhase::AbortedLoading | DecodePhase::Loaded | DecodePhase::Recomputing => 5,
+            DecodePhase::Loading | DecodePhase::SyncLoading => 4,
+            DecodePhase::AbortedLoading
+            | DecodePhase::Loaded
+            | DecodePhase::Recomputing
+            | DecodePhase::Rewound => 5,
             DecodePhase::Running => 6,
             _ => 7,
         };
@@ -566,6 +585,7 @@ impl State {
                     + decode_phase(q.decode)
                     + u32::from(q.aborted)
                     + u32::from(q.decode_preempted) * Request::PREEMPTED_PROGRESS
+                    + u32::from(q.stale_token)
                     + q.emitted.count_ones()
             })
             .sum();

@@ -80,7 +80,7 @@ fn holds_at<const I: usize>(model: &ContractModel, state: &State) -> bool {
 
 /// One wrapper per clause of the registry, in its order; the length is checked at
 /// compile time, so a clause added to `CLAUSES` without a wrapper does not build.
-const RULES: [fn(&ContractModel, &State) -> bool; 28] = [
+const RULES: [fn(&ContractModel, &State) -> bool; 29] = [
     holds_at::<0>,
     holds_at::<1>,
     holds_at::<2>,
@@ -109,6 +109,7 @@ const RULES: [fn(&ContractModel, &State) -> bool; 28] = [
     holds_at::<25>,
     holds_at::<26>,
     holds_at::<27>,
+    holds_at::<28>,
 ];
 const _: () = assert!(RULES.len() == CLAUSES.len());
 

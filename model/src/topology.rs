@@ -80,6 +80,9 @@ pub struct Topology {
     /// P writes into D (`transfer = "push-writes"`): a handle is P's WRITE, and its
     /// notification goes to the D rank it wrote.
     pub push: bool,
+    /// D loads synchronously (`consumer.load = "synchronous"`): traces say a request
+    /// runs at admission and its load ends with the step, not with a report.
+    pub sync_loads: bool,
     /// How the store connector counts store jobs (`producer.store-ledger`).
     pub store_ledger: StoreLedger,
     /// D's block pool (`decode.kv-blocks`): traces say a request queues for blocks, and
@@ -250,6 +253,7 @@ impl Topology {
             failed_step: config.scheduler.failed_step,
             recving_combine: config.consumer.recving_combine,
             push: config.transfer == Transfer::PushWrites,
+            sync_loads: config.consumer.load == crate::config::LoadMode::Synchronous,
             store_ledger: config.producer.store_ledger,
             decode_blocks: config.decode.kv_blocks,
             decode_expected,

@@ -7,8 +7,8 @@ mod common;
 use common::{fix, regression};
 use kvcc_model::checker::{check, Checkable, Choice, Cutoff, Kind, Limits, Options, Verdict};
 use kvcc_model::config::{
-    Connector, EngineFault, FailedHandle, FinalStepPreemption, LeaseReaper, LoadReservation,
-    LookupAfterLoad, ScanOrder,
+    Connector, EngineFault, FailedHandle, FinalStepPreemption, KvLoadFailurePolicy, LeaseReaper,
+    LoadMode, LoadReservation, LookupAfterLoad, ScanOrder,
 };
 use kvcc_model::{Config, ContractModel};
 use stateright::{Checker, Model};
@@ -109,6 +109,10 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
     decode_preempted.faults.decode_preempted = true;
     let mut second_load = decode_preempted.clone();
     second_load.consumer.lookup_after_load = LookupAfterLoad::SecondLoad;
+    // A synchronous load on D (issue 24, real bug #14): the engine cannot end a step
+    // while a worker still loads, a failed load is rewound with a step in flight; two
+    // requests on a pool of four blocks.
+    let sync_rewound = sync_load(2);
     let mut head_only_aborts = head_only(2, 1);
     head_only_aborts.faults.client_abort = true;
     vec![
@@ -134,7 +138,26 @@ fn cross_check_scenarios() -> Vec<(&'static str, Config)> {
             decode_preempted,
         ),
         ("D preempted after its load, second load", second_load),
+        (
+            "D loads synchronously, rewound with a step in flight",
+            sync_rewound,
+        ),
     ]
+}
+
+/// `requests` requests that D loads synchronously, a read that may fail, recomputed under
+/// two batches in flight, the in-flight token delivered (vLLM 0.34), on a pool of four
+/// blocks.
+fn sync_load(requests: u8) -> Config {
+    let mut config = fix(1, 1);
+    config.requests = requests;
+    config.faults = Default::default();
+    config.faults.transfer_error = true;
+    config.max_concurrent_batches = 2;
+    config.decode.kv_blocks = Some(4);
+    config.consumer.load = LoadMode::Synchronous;
+    config.scheduler.kv_load_failure_policy = KvLoadFailurePolicy::Recompute;
+    config
 }
 
 #[test]
@@ -327,10 +350,22 @@ fn renaming_requests_is_a_bisimulation_and_a_broken_renaming_is_caught() {
     preempted.decode.kv_blocks = Some(3);
     preempted.faults.decode_preempted = true;
     preempted.consumer.lookup_after_load = LookupAfterLoad::SecondLoad;
-    for config in [two.clone(), loads, offload, preempted.clone()] {
+    // A synchronous load: the rewind and the stale token move with their request.
+    let sync = sync_load(2);
+    for config in [two.clone(), loads, offload, preempted.clone(), sync.clone()] {
         let model = ContractModel::new(config);
         assert_eq!(first_break(&model, |s| s.representative()), None);
     }
+    // Broken: the requests are renamed, but a delivered stale token stays with the slot.
+    let model = ContractModel::new(sync);
+    let stale_token_left_behind = |s: &kvcc_model::State| {
+        let mut t = s.representative();
+        for (q, was) in t.requests.iter_mut().zip(&s.requests) {
+            q.stale_token = was.stale_token;
+        }
+        t
+    };
+    assert!(first_break(&model, stale_token_left_behind).is_some());
     // Broken: the requests are renamed, but D's preemption stays with the slot.
     let model = ContractModel::new(preempted);
     let preemption_left_behind = |s: &kvcc_model::State| {

@@ -210,3 +210,82 @@ fn issue24_a_second_load_after_a_preemption_on_d_never_wakes_and_a_local_prefill
         "the preempted request is prefilled locally and finishes"
     );
 }
+
+/// A synchronous load on D that fails under `kv_load_failure_policy = "recompute"`.
+fn sync_load_rewound(batches: u8, output: kvcc_model::config::RewoundInFlightOutput) -> Config {
+    use kvcc_model::config::{KvLoadFailurePolicy, LoadMode};
+    let mut config = fix(1, 1);
+    config.faults = Default::default();
+    config.faults.transfer_error = true;
+    config.max_concurrent_batches = batches;
+    config.consumer.load = LoadMode::Synchronous;
+    config.scheduler.kv_load_failure_policy = KvLoadFailurePolicy::Recompute;
+    config.scheduler.rewound_in_flight_output = output;
+    config
+}
+
+/// Issue 24, real bug #14 (vLLM PR #56733): a failed synchronous load rewinds the running
+/// request, but with two batches in flight the step scheduled before the rewind ran on the
+/// blocks the load never filled, and vLLM 0.34 delivers its token. Dropping that output as
+/// stale holds with the same failure, and is no vacuous pass: the rewind is reached. With
+/// one batch nothing is in flight at the rewind, so even the delivering scheduler holds.
+#[test]
+fn issue24_a_failed_synchronous_load_delivers_the_token_in_flight_unless_discarded() {
+    use kvcc_model::config::RewoundInFlightOutput::{Delivered, Discarded};
+    let report = run(sync_load_rewound(2, Delivered));
+    assert_eq!(
+        report.violated_properties(),
+        vec!["recv-after-stable".to_string()]
+    );
+    let stale = &report.counterexamples[0];
+    assert_eq!(stale.name, "recv-after-stable: token-from-failed-load");
+    let witness: Vec<&str> = stale.steps.iter().map(|(a, _)| action_name(a)).collect();
+    assert_eq!(
+        witness,
+        [
+            "PrefillFinishes",
+            "DecodeAdmits",
+            "DecodeEngineSteps",
+            "DecodeEngineSteps",
+            "ReadFails",
+            "DecodeEngineSteps",
+            "DecodeEngineSteps"
+        ],
+        "admitted and running, its load posted with the next batch, the read fails, the \
+         step ends with invalid blocks and the request is rewound, then the step in flight \
+         delivers its token"
+    );
+    assert_eq!(stale.cost.faults, 1);
+    assert_eq!(report.unique_states, 38);
+
+    let config = sync_load_rewound(2, Discarded);
+    let report = run(config.clone());
+    assert!(matches!(report.verdict, Verdict::Holds));
+    assert_eq!(report.unique_states, 38);
+    let model = ContractModel::new(config);
+    let mut frontier = vec![model.initial_state()];
+    let mut rewound = false;
+    while let Some(state) = frontier.pop() {
+        rewound |= state
+            .requests
+            .iter()
+            .any(|q| q.decode == kvcc_model::state::DecodePhase::Rewound);
+        let mut actions = Vec::new();
+        model
+            .enabled_actions(&state, &mut actions, u64::MAX)
+            .unwrap();
+        frontier.extend(actions.into_iter().filter_map(|a| model.apply(&state, a)));
+    }
+    assert!(rewound, "the failed load is rewound with a step in flight");
+
+    let mut one_batch = sync_load_rewound(1, Delivered);
+    let report = run(one_batch.clone());
+    assert!(matches!(report.verdict, Verdict::Holds));
+    assert_eq!(report.unique_states, 21);
+    // The same with D's pool: the synchronous load is admitted with its whole sequence.
+    one_batch.requests = 2;
+    one_batch.decode.kv_blocks = Some(2);
+    let report = run(one_batch);
+    assert!(matches!(report.verdict, Verdict::Holds));
+    assert_eq!(report.unique_states, 259);
+}

@@ -324,6 +324,7 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "lookup-after-load",
         &["\"local-prefill\"", "\"second-load\""],
     ),
+    ("consumer", "load", &["\"asynchronous\"", "\"synchronous\""]),
     (
         "consumer",
         "push-failure",
@@ -384,6 +385,11 @@ const KNOBS: &[(&str, &str, &[&str])] = &[
         "scheduler",
         "kv-load-failure-policy",
         &["\"fail\"", "\"recompute\""],
+    ),
+    (
+        "scheduler",
+        "rewound-in-flight-output",
+        &["\"delivered\"", "\"discarded\""],
     ),
     (
         "scheduler",
