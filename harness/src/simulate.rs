@@ -274,10 +274,8 @@ fn events(
             |q: &Request| matches!(q.decode, DecodePhase::Loading | DecodePhase::AbortedLoading);
         // A synchronous load waits in no queue and reports no completion: the recorder
         // logs nothing for it, its failure included (the step's invalid blocks).
-        let sync =
-            |q: &Request| matches!(q.decode, DecodePhase::SyncLoading | DecodePhase::Rewound);
         if a.decode != b.decode
-            && !sync(a)
+            && !a.decode.sync_load()
             && (!b.decode_preempted || second_wait(a) || second_wait(b))
         {
             let event = match b.decode {

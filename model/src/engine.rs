@@ -149,16 +149,17 @@ pub fn decode_step(
             }
         }
     }
-    // A synchronous load reports no completion: its outcome is its step's.
-    let reports = config.consumer.load == LoadMode::Asynchronous;
     let mut outputs = Vec::new();
     for worker in 0..state.topology().decode_world {
         let mut output = WorkerOutput::empty(worker);
-        for r in (0..state.request_count() as RequestId).filter(|_| reports) {
-            if let Some(failed) = decoder::forward_reports(config, state, worker, r) {
-                output.finished_recving.insert(r);
-                if failed {
-                    output.failed_recving.insert(r);
+        // A synchronous load reports no completion: its outcome is its step's.
+        if config.consumer.load == LoadMode::Asynchronous {
+            for r in 0..state.request_count() as RequestId {
+                if let Some(failed) = decoder::forward_reports(config, state, worker, r) {
+                    output.finished_recving.insert(r);
+                    if failed {
+                        output.failed_recving.insert(r);
+                    }
                 }
             }
         }

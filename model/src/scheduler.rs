@@ -93,6 +93,9 @@ fn sync_load_running(state: &State, r: RequestId) -> bool {
 /// blocks, `_handle_invalid_blocks`), and for a request rewound at the step before, the
 /// output of the step that was already in flight then.
 pub fn on_sync_load_outputs(config: &Config, state: &mut State) {
+    if config.consumer.load != LoadMode::Synchronous {
+        return;
+    }
     for r in 0..state.request_count() as RequestId {
         let q = state.requests[usize::from(r)];
         if q.decode == DecodePhase::Rewound {
@@ -409,14 +412,15 @@ pub fn decode_steps(config: &Config, state: &State) -> bool {
     let schedules = |d: DecodePhase| d.unscheduled();
     // A synchronous load runs in a step: the engine steps for it, but cannot complete the
     // step while a worker still loads.
-    let runs = |d: DecodePhase| matches!(d, DecodePhase::SyncLoading | DecodePhase::Rewound);
-    if (0..state.request_count() as RequestId).any(|r| sync_load_running(state, r)) {
+    if config.consumer.load == LoadMode::Synchronous
+        && (0..state.request_count() as RequestId).any(|r| sync_load_running(state, r))
+    {
         return false;
     }
     state.requests.iter().any(|q| {
         (config.scheduler.stepping_of(false) == Stepping::KeepStepping && waits(q.decode))
             || schedules(q.decode)
-            || runs(q.decode)
+            || q.decode.sync_load()
     })
 }
 

@@ -159,6 +159,13 @@ impl DecodePhase {
         )
     }
 
+    /// In a synchronous load's own life (`consumer.load = "synchronous"`): running in the
+    /// step that loads, or rewound with a step in flight. D's engine steps for it, and
+    /// no recorder logs it (it waits in no queue and reports no completion).
+    pub fn sync_load(self) -> bool {
+        matches!(self, DecodePhase::SyncLoading | DecodePhase::Rewound)
+    }
+
     /// Skipped with no blocks held: what vLLM PR #57841 keeps loads from being admitted
     /// behind.
     pub fn skipped_without_blocks(self) -> bool {

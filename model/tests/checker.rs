@@ -327,6 +327,19 @@ fn first_break(
     None
 }
 
+/// A broken renaming: the representative of `s`, with one fact of each request put back
+/// in its old slot by `keep` (renamed request, the request that was in that slot).
+fn renamed_but_kept(
+    s: &kvcc_model::State,
+    keep: impl Fn(&mut kvcc_model::state::Request, &kvcc_model::state::Request),
+) -> kvcc_model::State {
+    let mut t = s.representative();
+    for (q, was) in t.requests.iter_mut().zip(&s.requests) {
+        keep(q, was);
+    }
+    t
+}
+
 /// Requests are interchangeable: a state and its representative (requests renamed,
 /// ranks sorted) judge every clause alike and have the same successors, up to the
 /// representative, in every reachable state of configurations that exercise the
@@ -358,22 +371,13 @@ fn renaming_requests_is_a_bisimulation_and_a_broken_renaming_is_caught() {
     }
     // Broken: the requests are renamed, but a delivered stale token stays with the slot.
     let model = ContractModel::new(sync);
-    let stale_token_left_behind = |s: &kvcc_model::State| {
-        let mut t = s.representative();
-        for (q, was) in t.requests.iter_mut().zip(&s.requests) {
-            q.stale_token = was.stale_token;
-        }
-        t
-    };
+    let stale_token_left_behind =
+        |s: &kvcc_model::State| renamed_but_kept(s, |q, was| q.stale_token = was.stale_token);
     assert!(first_break(&model, stale_token_left_behind).is_some());
     // Broken: the requests are renamed, but D's preemption stays with the slot.
     let model = ContractModel::new(preempted);
     let preemption_left_behind = |s: &kvcc_model::State| {
-        let mut t = s.representative();
-        for (q, was) in t.requests.iter_mut().zip(&s.requests) {
-            q.decode_preempted = was.decode_preempted;
-        }
-        t
+        renamed_but_kept(s, |q, was| q.decode_preempted = was.decode_preempted)
     };
     assert!(first_break(&model, preemption_left_behind).is_some());
     let model = ContractModel::new(two);
