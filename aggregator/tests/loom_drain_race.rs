@@ -1,7 +1,6 @@
 //! A consumer taking outcomes while the ranks report: whether it drains without waiting
 //! or blocks in `recv` until `close`, it gets every step once and in step order, and a
 //! blocked consumer is always woken (loom reports a deadlock otherwise).
-#![cfg(feature = "loom")]
 
 mod support;
 

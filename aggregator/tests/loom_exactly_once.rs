@@ -1,7 +1,6 @@
 //! Exactly-once emission under every interleaving of the rank threads, up to a
 //! preemption bound; and the racy twin, whose check-then-act critical section the same
 //! model must catch emitting a step twice.
-#![cfg(feature = "loom")]
 
 mod support;
 

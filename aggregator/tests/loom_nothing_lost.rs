@@ -2,7 +2,6 @@
 //! is aggregated, nothing stays buffered, and the core ends exactly where a sequential
 //! run leaves it, including a dropped step, missing outputs, a failed load, invalid
 //! blocks and a change of `E`.
-#![cfg(feature = "loom")]
 
 mod support;
 

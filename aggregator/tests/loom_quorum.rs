@@ -8,7 +8,6 @@
 //! refuse; a third rank only multiplied the interleavings (minutes instead of seconds)
 //! without a schedule the two-rank model lacks: every early emission needs one rank that
 //! has not begun while the counted reports come from the others.
-#![cfg(feature = "loom")]
 
 mod support;
 

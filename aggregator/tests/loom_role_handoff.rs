@@ -5,7 +5,6 @@
 //! has submitted step 0, possibly while the first still aggregates it. The role's racy
 //! twin, which gives the role up in a second hold of the hub, must be caught stranding
 //! step 1.
-#![cfg(feature = "loom")]
 
 mod support;
 

@@ -68,7 +68,10 @@ fn issue25_seed_regression_is_confirmed_on_vllm_and_its_fix_is_not() {
     assert_eq!(code, 0, "{err}");
     let mut inputs: Vec<String> = (0..6).map(|i| format!("{sim}/run-{i:04}")).collect();
     inputs.push(trace.display().to_string());
-    let (code, out, err) = confirm(&inputs, &["--spec", &regression]);
+    // The cold path: kvcc finds vLLM's venv itself and a fresh Python imports it.
+    let mut args = vec!["confirm", "--spec", &regression];
+    args.extend(inputs.iter().map(String::as_str));
+    let (code, out, err) = run(&args);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("confirmed on vLLM 0.34.0: eventually-freed"),
@@ -186,13 +189,70 @@ fn simulate(
     (0..runs).map(|i| format!("{sim}/run-{i:04}")).collect()
 }
 
-/// `kvcc confirm` of every input in one call, so one vLLM process (its import is
-/// 15-20 s of each call) plays them all: (exit code, stdout, stderr).
+/// `kvcc confirm` of every input in one call, so one vLLM process plays them all, in a
+/// child of this test process's warm vLLM ([`warm_python`]): (exit code, stdout, stderr).
 fn confirm<S: AsRef<str>>(inputs: &[S], flags: &[&str]) -> (i32, String, String) {
+    let python = warm_python().display().to_string();
     let mut args = vec!["confirm"];
     args.extend(inputs.iter().map(AsRef::as_ref));
     args.extend(flags);
+    args.extend(["--python", &python]);
     run(&args)
+}
+
+/// The Python for `kvcc confirm --python` that plays each call in a child forked from one
+/// vLLM imported once for this whole test process (tests/e2e/warm_vllm.py says why and
+/// what the child shares). vLLM's import is about 20 s of CPU, and these tests made a
+/// dozen calls; the seed test still runs the cold Python kvcc finds by itself.
+fn warm_python() -> &'static std::path::Path {
+    static WARM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    WARM.get_or_init(|| {
+        use std::io::BufRead;
+        let venv = vllm_python().expect("vLLM is installed (the test checked)");
+        // The server removes it when this process ends: its socket, log and client.
+        let dir = tempfile::Builder::new()
+            .prefix("kvcc-warm-vllm-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let script = root().join("tests/e2e/warm_vllm.py");
+        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        let mut server = std::process::Command::new(&venv)
+            .arg(&script)
+            .arg("serve")
+            .arg(&dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("vLLM's Python starts");
+        let mut ready = String::new();
+        std::io::BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(
+            ready.trim(),
+            "ready",
+            "the warm vLLM did not start: {}",
+            std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+        );
+        // It ends by itself within a second of this process.
+        std::mem::forget(server);
+        let client = dir.join("python");
+        std::fs::write(
+            &client,
+            format!(
+                "#!/bin/sh\nexec '{}' '{}' client '{}' \"$@\"\n",
+                venv.display(),
+                script.display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&client, std::fs::Permissions::from_mode(0o755)).unwrap();
+        client
+    })
 }
 
 /// A copy of simulated run `run` at `to`, whose `engine` log gets `line` appended: a
