@@ -71,9 +71,13 @@
 //! the quorum is the first E in rank order, so renaming ranks changes what it remembers.
 //! Under `Strict` the reduction is off: sound, at the price of more states.
 
+use crate::config::MAX_REQUESTS;
 use crate::state::{RequestId, State};
 use kvcc_aggregator::{Policy, Rank};
 use smallvec::SmallVec;
+
+/// A renaming of requests: `order[i]` is the request that becomes request `i`.
+type Order = SmallVec<[RequestId; MAX_REQUESTS]>;
 
 impl State {
     /// Are interchangeable ranks really interchangeable in this state's model? Not under
@@ -112,7 +116,7 @@ impl State {
             if (1..n).all(|i| head(i - 1) < head(i)) {
                 return self.into_rank_representative();
             }
-            let mut order: SmallVec<[RequestId; 3]> = (0..n as RequestId).collect();
+            let mut order: Order = (0..n as RequestId).collect();
             order.sort_by_key(|&r| head(usize::from(r)));
             return self.renamed(&order).into_rank_representative();
         }
@@ -134,35 +138,36 @@ impl State {
 
     /// The request orders to try: requests sorted by [`State::request_key`], every order
     /// of requests whose keys tie. `order[i]` is the request that becomes request `i`.
-    fn request_orders(&self) -> Vec<SmallVec<[RequestId; 3]>> {
-        let keys: Vec<_> = (0..self.request_count() as RequestId)
+    /// On the stack: this runs for most successors of a search with tied requests.
+    fn request_orders(&self) -> SmallVec<[Order; 6]> {
+        let keys: SmallVec<[_; MAX_REQUESTS]> = (0..self.request_count() as RequestId)
             .map(|r| self.request_key(r))
             .collect();
-        let mut sorted: SmallVec<[RequestId; 3]> = (0..self.request_count() as RequestId).collect();
+        let mut sorted: Order = (0..self.request_count() as RequestId).collect();
         sorted.sort_by(|&a, &b| keys[usize::from(a)].cmp(&keys[usize::from(b)]));
-        let mut orders = vec![SmallVec::new()];
+        let mut orders: SmallVec<[Order; 6]> = smallvec::smallvec![Order::new()];
         let mut start = 0;
         while start < sorted.len() {
-            let tie = keys[usize::from(sorted[start])].clone();
+            let tie = &keys[usize::from(sorted[start])];
             let end = start
                 + sorted[start..]
                     .iter()
-                    .take_while(|&&r| keys[usize::from(r)] == tie)
+                    .take_while(|&&r| keys[usize::from(r)] == *tie)
                     .count();
             let group = &sorted[start..end];
             // Requests equal cell for cell: every order of them is the same state.
             let alike = group.iter().all(|&r| self.same_request(group[0], r));
             let group_orders = if alike {
-                vec![group.iter().copied().collect()]
+                smallvec::smallvec![group.iter().copied().collect()]
             } else {
                 permutations(group)
             };
             orders = orders
-                .into_iter()
-                .flat_map(|prefix: SmallVec<[RequestId; 3]>| {
-                    group_orders.clone().into_iter().map(move |tail| {
+                .iter()
+                .flat_map(|prefix| {
+                    group_orders.iter().map(move |tail| {
                         let mut order = prefix.clone();
-                        order.extend(tail);
+                        order.extend(tail.iter().copied());
                         order
                     })
                 })
@@ -250,6 +255,11 @@ impl State {
     /// This state with request `order[i]` renamed `i`: whether that is a symmetry of
     /// this state is the caller's to know (module docs).
     pub fn renamed(&self, order: &[RequestId]) -> State {
+        // The identity keeps everything, the shared aggregators too (renaming rebuilds
+        // them): the common order when tied requests are tried every way.
+        if order.iter().enumerate().all(|(i, &r)| usize::from(r) == i) {
+            return self.clone();
+        }
         let n = self.request_count();
         let mut next = self.clone();
         let mut new_id = [0 as RequestId; crate::config::MAX_REQUESTS];
@@ -521,20 +531,20 @@ impl State {
 }
 
 /// Every order of `items` (at most 3 of them, so at most 6 orders).
-fn permutations(items: &[RequestId]) -> Vec<SmallVec<[RequestId; 3]>> {
+fn permutations(items: &[RequestId]) -> SmallVec<[Order; 6]> {
     if items.len() <= 1 {
-        return vec![items.iter().copied().collect()];
+        return smallvec::smallvec![items.iter().copied().collect()];
     }
-    let mut all = Vec::new();
+    let mut all = SmallVec::new();
     for (i, &first) in items.iter().enumerate() {
-        let rest: SmallVec<[RequestId; 3]> = items
+        let rest: Order = items
             .iter()
             .enumerate()
             .filter(|&(j, _)| j != i)
             .map(|(_, &r)| r)
             .collect();
         for tail in permutations(&rest) {
-            let mut order: SmallVec<[RequestId; 3]> = SmallVec::new();
+            let mut order = Order::new();
             order.push(first);
             order.extend(tail);
             all.push(order);
