@@ -326,6 +326,27 @@ impl<Id: Ord + Clone> Aggregator<Id> {
             || self.pending_failed.contains(id)
     }
 
+    /// Two ids ordered by what this aggregator holds for them, as the derived order
+    /// compares this aggregator with the one where `a` and `b` swap what they hold:
+    /// sends, then receives, then pending failures, and in each an id holding something
+    /// before one holding nothing (with as many entries on both sides, the map whose
+    /// next entry comes at the lower id is the less). The model's request symmetry sorts
+    /// interchangeable requests by it.
+    pub fn cmp_held(&self, a: &Id, b: &Id) -> std::cmp::Ordering {
+        fn held<T: Ord>(a: Option<T>, b: Option<T>) -> std::cmp::Ordering {
+            match (a, b) {
+                (Some(a), Some(b)) => a.cmp(&b),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            }
+        }
+        let pending = |id: &Id| self.pending_failed.contains(id).then_some(());
+        held(self.sending.get(a), self.sending.get(b))
+            .then_with(|| held(self.recving.get(a), self.recving.get(b)))
+            .then_with(|| held(pending(a), pending(b)))
+    }
+
     /// The same aggregator with every id renamed by `rename`, which must be one-to-one:
     /// nothing here depends on what an id is, only on which reports share one (the
     /// model's request symmetry renames requests).

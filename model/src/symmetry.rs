@@ -64,7 +64,12 @@
 //! undelivered request's rank among the undelivered ones by id (under a head-only reaper;
 //! unique, so these requests keep their id order and the candidates are allowed
 //! renamings), then its scheduler facts and the multiset of each of its columns. The
-//! candidates are the same for every member of a class, so the least is too.
+//! candidates are the same for every member of a class, so the least is too. Without a
+//! head-only reaper the least is found without building a state per candidate: ranks are
+//! renamed per request column there, which commutes with renaming requests, and the
+//! least candidate sorts tied requests by everything a renaming moves, field by field
+//! (`State::into_sorted_representative` says why; its test checks it against the
+//! definition on every reachable state of small points).
 //!
 //! Only the `Countdown` aggregator is symmetric: it has no reporter identity. `Strict`
 //! remembers which ranks formed a quorum, and when more than E reports arrive in one step
@@ -120,13 +125,20 @@ impl State {
             order.sort_by_key(|&r| head(usize::from(r)));
             return self.renamed(&order).into_rank_representative();
         }
+        if self.topology().ordered_leases {
+            self.into_least_candidate()
+        } else {
+            self.into_sorted_representative(State::cmp_moved)
+        }
+    }
+
+    /// The least, in the derived order of [`State`], of the rank representatives of the
+    /// candidate request orders ([`State::request_orders`]): the representative's
+    /// definition, for any state. Under a head-only reaper the transfer groups are
+    /// permuted as whole rows, so each order is renamed and put in rank order in turn.
+    fn into_least_candidate(self) -> State {
         let orders = self.request_orders();
-        if orders.len() == 1
-            && orders[0]
-                .iter()
-                .enumerate()
-                .all(|(i, &r)| usize::from(r) == i)
-        {
+        if orders.len() == 1 && is_identity(&orders[0]) {
             return self.into_rank_representative();
         }
         orders
@@ -134,6 +146,58 @@ impl State {
             .map(|order| self.renamed(order).into_rank_representative())
             .min()
             .expect("at least one request order")
+    }
+
+    /// [`State::into_least_candidate`] without a state per order, where ranks are
+    /// renamed per request column (no head-only reaper): renaming ranks then commutes
+    /// with renaming requests, so ranks are put in order once, and requests are sorted
+    /// by their keys with ties broken by `tie_break` ([`State::cmp_moved`]). The derived
+    /// order compares each field of two candidates slot by slot (a column of cells row by
+    /// row), so among orders that differ only within groups of tied requests the least
+    /// sorts each group by its requests' fields, field by field: the same state. The
+    /// module's tests check it on every reachable state of small points, and that a
+    /// careless tie-break differs.
+    fn into_sorted_representative(
+        self,
+        tie_break: impl Fn(&State, usize, usize) -> std::cmp::Ordering,
+    ) -> State {
+        let ranked = self.into_rank_representative();
+        let n = ranked.request_count();
+        let keys: SmallVec<[_; MAX_REQUESTS]> =
+            (0..n as RequestId).map(|r| ranked.request_key(r)).collect();
+        let mut order: Order = (0..n as RequestId).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (usize::from(a), usize::from(b));
+            keys[a].cmp(&keys[b]).then_with(|| tie_break(&ranked, a, b))
+        });
+        if is_identity(&order) {
+            ranked
+        } else {
+            ranked.renamed(&order)
+        }
+    }
+
+    /// Requests `a` and `b` compared by everything a renaming moves, in the order the
+    /// derived order of [`State`] compares its fields: scheduler facts, then each column
+    /// of cells row by row, then what each aggregator holds for them.
+    fn cmp_moved(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        let n = self.request_count();
+        fn column<T: Ord>(cells: &[T], n: usize, a: usize, b: usize) -> std::cmp::Ordering {
+            cells
+                .chunks(n)
+                .map(|row| row[a].cmp(&row[b]))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        }
+        let (ida, idb) = (a as RequestId, b as RequestId);
+        self.requests[a]
+            .cmp(&self.requests[b])
+            .then_with(|| column(&self.prefill, n, a, b))
+            .then_with(|| column(&self.handles, n, a, b))
+            .then_with(|| column(&self.decode, n, a, b))
+            .then_with(|| column(&self.child_loads, n, a, b))
+            .then_with(|| self.prefill_aggregator.cmp_held(&ida, &idb))
+            .then_with(|| self.decode_aggregator.cmp_held(&ida, &idb))
     }
 
     /// The request orders to try: requests sorted by [`State::request_key`], every order
@@ -257,7 +321,7 @@ impl State {
     pub fn renamed(&self, order: &[RequestId]) -> State {
         // The identity keeps everything, the shared aggregators too (renaming rebuilds
         // them): the common order when tied requests are tried every way.
-        if order.iter().enumerate().all(|(i, &r)| usize::from(r) == i) {
+        if is_identity(order) {
             return self.clone();
         }
         let n = self.request_count();
@@ -531,6 +595,11 @@ impl State {
 }
 
 /// Every order of `items` (at most 3 of them, so at most 6 orders).
+/// Does `order` rename no request?
+fn is_identity(order: &[RequestId]) -> bool {
+    order.iter().enumerate().all(|(i, &r)| usize::from(r) == i)
+}
+
 fn permutations(items: &[RequestId]) -> SmallVec<[Order; 6]> {
     if items.len() <= 1 {
         return smallvec::smallvec![items.iter().copied().collect()];
@@ -569,5 +638,121 @@ where
 impl stateright::Representative for State {
     fn representative(&self) -> Self {
         State::representative(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::base;
+    use crate::config::{Config, Connector, EngineFault};
+    use crate::model::ContractModel;
+    use std::cmp::Ordering;
+
+    /// Every reachable state of `model`, unreduced.
+    fn reachable(model: &ContractModel) -> Vec<State> {
+        let mut seen = std::collections::HashSet::new();
+        let mut frontier = vec![model.initial_state()];
+        seen.insert(model.initial_state());
+        let mut all = Vec::new();
+        while let Some(state) = frontier.pop() {
+            let mut actions = Vec::new();
+            model
+                .enabled_actions(&state, &mut actions, u64::MAX)
+                .unwrap();
+            for action in actions {
+                if let Some(next) = model.apply(&state, action) {
+                    if seen.insert(next.clone()) {
+                        frontier.push(next);
+                    }
+                }
+            }
+            all.push(state);
+        }
+        all
+    }
+
+    /// Points without a head-only reaper whose requests often tie: transfer groups and
+    /// replicas, two and three requests, both aggregators, aborts and lost notifications.
+    fn points() -> Vec<Config> {
+        let with = |pcp: u16, tp: u16, requests: u8, edit: fn(&mut Config)| {
+            let mut config = base();
+            config.prefill.pcp = pcp;
+            config.prefill.tp = tp;
+            config.decode.tp = tp;
+            config.requests = requests;
+            edit(&mut config);
+            config
+        };
+        vec![
+            with(2, 2, 2, |_| {}),
+            with(2, 1, 3, |_| {}),
+            with(2, 1, 2, |c| {
+                c.faults.client_abort = true;
+                c.faults.lost_notification = true;
+            }),
+            with(2, 1, 2, |c| c.prefill.loads_kv = true),
+            with(2, 1, 2, |c| c.connector = Connector::MultiOffload),
+            // A lost output: reports the ranks made that the aggregator never counted.
+            with(2, 1, 2, |c| {
+                c.faults.missing_output_rank = EngineFault::Both
+            }),
+            with(2, 1, 2, |c| c.faults.worker_step_raises = EngineFault::Both),
+        ]
+    }
+
+    /// Sorting tied requests by everything a renaming moves finds the least candidate,
+    /// the representative's definition, on every reachable state of the points above (the
+    /// representative too, with its shortcut for requests that do not tie). Two careless
+    /// tie-breaks, one leaving out what the aggregators hold and one reversed, each give
+    /// another state somewhere, so the check can see a wrong one.
+    #[test]
+    fn sorting_tied_requests_finds_the_least_candidate_and_careless_tie_breaks_do_not() {
+        let without_aggregators = |s: &State, a: usize, b: usize| {
+            let n = s.request_count();
+            fn column<T: Ord>(cells: &[T], n: usize, a: usize, b: usize) -> Ordering {
+                cells
+                    .chunks(n)
+                    .map(|row| row[a].cmp(&row[b]))
+                    .find(|o| o.is_ne())
+                    .unwrap_or(Ordering::Equal)
+            }
+            s.requests[a]
+                .cmp(&s.requests[b])
+                .then_with(|| column(&s.prefill, n, a, b))
+                .then_with(|| column(&s.handles, n, a, b))
+                .then_with(|| column(&s.decode, n, a, b))
+                .then_with(|| column(&s.child_loads, n, a, b))
+        };
+        let reversed = |s: &State, a: usize, b: usize| s.cmp_moved(b, a);
+        let (mut tied, mut aggregators_caught, mut reversed_caught) = (0, false, false);
+        for config in points() {
+            let model = ContractModel::new(config);
+            assert!(!model.topology.ordered_leases);
+            for state in reachable(&model) {
+                let n = state.request_count();
+                if !state.symmetric() || n < 2 {
+                    continue;
+                }
+                let least = state.clone().into_least_candidate();
+                assert!(state.clone().into_representative() == least, "{state:?}");
+                if (0..n).any(|a| (a + 1..n).any(|b| state.requests[a] == state.requests[b])) {
+                    tied += 1;
+                    let sorted = state.clone().into_sorted_representative(State::cmp_moved);
+                    assert!(sorted == least, "{state:?}");
+                }
+                aggregators_caught |= state
+                    .clone()
+                    .into_sorted_representative(without_aggregators)
+                    != least;
+                reversed_caught |= state.clone().into_sorted_representative(reversed) != least;
+            }
+        }
+        assert!(tied > 1000, "{tied} states with tied requests");
+        assert!(
+            aggregators_caught,
+            "a tie-break without the aggregators was not caught"
+        );
+        assert!(reversed_caught, "a reversed tie-break was not caught");
     }
 }
