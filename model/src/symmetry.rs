@@ -202,7 +202,8 @@ impl State {
 
     /// The request orders to try: requests sorted by [`State::request_key`], every order
     /// of requests whose keys tie. `order[i]` is the request that becomes request `i`.
-    /// On the stack: this runs for most successors of a search with tied requests.
+    /// On the stack: under a head-only reaper it runs for every successor with tied
+    /// requests.
     fn request_orders(&self) -> SmallVec<[Order; 6]> {
         let keys: SmallVec<[_; MAX_REQUESTS]> = (0..self.request_count() as RequestId)
             .map(|r| self.request_key(r))
