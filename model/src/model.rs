@@ -345,6 +345,27 @@ impl ContractModel {
         self.apply_observed(state, action).map(|(next, _)| next)
     }
 
+    /// Up to `limit` reachable states, unreduced, breadth first from the initial state:
+    /// for tests that check a claim on every state of a small point (a packing, a
+    /// reduction, a canonical form). A search is [`crate::checker::check`].
+    pub fn reachable_states(&self, limit: usize) -> Vec<State> {
+        let mut seen = std::collections::HashSet::new();
+        let mut queue = std::collections::VecDeque::from([self.initial_state()]);
+        let mut states = Vec::new();
+        let mut actions = Vec::new();
+        while let Some(state) = queue.pop_front() {
+            if states.len() >= limit || !seen.insert(state.clone()) {
+                continue;
+            }
+            actions.clear();
+            self.enabled_actions(&state, &mut actions, u64::MAX)
+                .expect("no cap on successors");
+            queue.extend(actions.iter().filter_map(|&a| self.apply(&state, a)));
+            states.push(state);
+        }
+        states
+    }
+
     /// [`ContractModel::apply`], plus what a recorder in vLLM would have seen: the worker
     /// outputs of an engine step (`kvcc simulate` writes them as recorded runs).
     pub fn apply_observed(&self, state: &State, action: Action) -> Option<(State, Observation)> {

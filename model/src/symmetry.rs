@@ -177,10 +177,9 @@ impl State {
         }
     }
 
-    /// Requests `a` and `b` compared by everything a renaming moves, in the order the
-    /// derived order of [`State`] compares its fields: scheduler facts, then each column
-    /// of cells row by row, then what each aggregator holds for them.
-    fn cmp_moved(&self, a: usize, b: usize) -> std::cmp::Ordering {
+    /// Requests `a` and `b` compared by their scheduler facts, then each column of cells
+    /// row by row, as the derived order of [`State`] compares those fields.
+    fn cmp_cells(&self, a: usize, b: usize) -> std::cmp::Ordering {
         let n = self.request_count();
         fn column<T: Ord>(cells: &[T], n: usize, a: usize, b: usize) -> std::cmp::Ordering {
             cells
@@ -189,13 +188,20 @@ impl State {
                 .find(|o| o.is_ne())
                 .unwrap_or(std::cmp::Ordering::Equal)
         }
-        let (ida, idb) = (a as RequestId, b as RequestId);
         self.requests[a]
             .cmp(&self.requests[b])
             .then_with(|| column(&self.prefill, n, a, b))
             .then_with(|| column(&self.handles, n, a, b))
             .then_with(|| column(&self.decode, n, a, b))
             .then_with(|| column(&self.child_loads, n, a, b))
+    }
+
+    /// Requests `a` and `b` compared by everything a renaming moves, in the order the
+    /// derived order of [`State`] compares its fields: scheduler facts, then each column
+    /// of cells row by row, then what each aggregator holds for them.
+    fn cmp_moved(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        let (ida, idb) = (a as RequestId, b as RequestId);
+        self.cmp_cells(a, b)
             .then_with(|| self.prefill_aggregator.cmp_held(&ida, &idb))
             .then_with(|| self.decode_aggregator.cmp_held(&ida, &idb))
     }
@@ -220,8 +226,12 @@ impl State {
                     .take_while(|&&r| keys[usize::from(r)] == *tie)
                     .count();
             let group = &sorted[start..end];
-            // Requests equal cell for cell: every order of them is the same state.
-            let alike = group.iter().all(|&r| self.same_request(group[0], r));
+            // Requests equal in everything a renaming moves: every order of them is the
+            // same state.
+            let first = usize::from(group[0]);
+            let alike = group
+                .iter()
+                .all(|&r| self.cmp_moved(first, usize::from(r)).is_eq());
             let group_orders = if alike {
                 smallvec::smallvec![group.iter().copied().collect()]
             } else {
@@ -240,31 +250,6 @@ impl State {
             start = end;
         }
         orders
-    }
-
-    /// Are requests `a` and `b` equal in every fact, rank by rank, so that swapping them
-    /// changes nothing?
-    fn same_request(&self, a: RequestId, b: RequestId) -> bool {
-        use kvcc_aggregator::Direction;
-        let n = self.request_count();
-        let (a, b) = (usize::from(a), usize::from(b));
-        fn column_eq<T: PartialEq>(cells: &[T], n: usize, a: usize, b: usize) -> bool {
-            cells.chunks(n).all(|row| row[a] == row[b])
-        }
-        let aggregator_eq = |agg: &kvcc_aggregator::Aggregator<RequestId>| {
-            let (a, b) = (a as RequestId, b as RequestId);
-            [Direction::Sending, Direction::Recving]
-                .iter()
-                .all(|&d| agg.remaining(d, &a) == agg.remaining(d, &b))
-                && agg.pending_failed().contains(&a) == agg.pending_failed().contains(&b)
-        };
-        self.requests[a] == self.requests[b]
-            && column_eq(&self.prefill, n, a, b)
-            && column_eq(&self.handles, n, a, b)
-            && column_eq(&self.decode, n, a, b)
-            && column_eq(&self.child_loads, n, a, b)
-            && aggregator_eq(&self.prefill_aggregator)
-            && aggregator_eq(&self.decode_aggregator)
     }
 
     /// Where a renaming must keep request `r` (module docs): under a head-only reaper, an
@@ -648,30 +633,6 @@ mod tests {
     use crate::config::tests::base;
     use crate::config::{Config, Connector, EngineFault};
     use crate::model::ContractModel;
-    use std::cmp::Ordering;
-
-    /// Every reachable state of `model`, unreduced.
-    fn reachable(model: &ContractModel) -> Vec<State> {
-        let mut seen = std::collections::HashSet::new();
-        let mut frontier = vec![model.initial_state()];
-        seen.insert(model.initial_state());
-        let mut all = Vec::new();
-        while let Some(state) = frontier.pop() {
-            let mut actions = Vec::new();
-            model
-                .enabled_actions(&state, &mut actions, u64::MAX)
-                .unwrap();
-            for action in actions {
-                if let Some(next) = model.apply(&state, action) {
-                    if seen.insert(next.clone()) {
-                        frontier.push(next);
-                    }
-                }
-            }
-            all.push(state);
-        }
-        all
-    }
 
     /// Points without a head-only reaper whose requests often tie: transfer groups and
     /// replicas, two and three requests, both aggregators, aborts and lost notifications.
@@ -709,28 +670,13 @@ mod tests {
     /// another state somewhere, so the check can see a wrong one.
     #[test]
     fn sorting_tied_requests_finds_the_least_candidate_and_careless_tie_breaks_do_not() {
-        let without_aggregators = |s: &State, a: usize, b: usize| {
-            let n = s.request_count();
-            fn column<T: Ord>(cells: &[T], n: usize, a: usize, b: usize) -> Ordering {
-                cells
-                    .chunks(n)
-                    .map(|row| row[a].cmp(&row[b]))
-                    .find(|o| o.is_ne())
-                    .unwrap_or(Ordering::Equal)
-            }
-            s.requests[a]
-                .cmp(&s.requests[b])
-                .then_with(|| column(&s.prefill, n, a, b))
-                .then_with(|| column(&s.handles, n, a, b))
-                .then_with(|| column(&s.decode, n, a, b))
-                .then_with(|| column(&s.child_loads, n, a, b))
-        };
+        let without_aggregators = |s: &State, a: usize, b: usize| s.cmp_cells(a, b);
         let reversed = |s: &State, a: usize, b: usize| s.cmp_moved(b, a);
         let (mut tied, mut aggregators_caught, mut reversed_caught) = (0, false, false);
         for config in points() {
             let model = ContractModel::new(config);
             assert!(!model.topology.ordered_leases);
-            for state in reachable(&model) {
+            for state in model.reachable_states(usize::MAX) {
                 let n = state.request_count();
                 if !state.symmetric() || n < 2 {
                     continue;

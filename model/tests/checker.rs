@@ -266,29 +266,6 @@ fn interchangeable_transfer_groups_collapse() {
     assert_eq!(full.unique_states, 95_593);
 }
 
-/// Every reachable state (no reduction) of `config`.
-fn reachable(model: &ContractModel) -> Vec<kvcc_model::State> {
-    let mut seen = std::collections::HashSet::new();
-    let mut frontier = vec![model.initial_state()];
-    seen.insert(model.initial_state());
-    let mut all = Vec::new();
-    while let Some(state) = frontier.pop() {
-        let mut actions = Vec::new();
-        model
-            .enabled_actions(&state, &mut actions, u64::MAX)
-            .unwrap();
-        for action in actions {
-            if let Some(next) = model.apply(&state, action) {
-                if seen.insert(next.clone()) {
-                    frontier.push(next);
-                }
-            }
-        }
-        all.push(state);
-    }
-    all
-}
-
 /// The canonical successors of `state`, as a set.
 fn canonical_successors(model: &ContractModel, state: &kvcc_model::State) -> BTreeSet<Vec<u8>> {
     let mut actions = Vec::new();
@@ -313,7 +290,7 @@ fn first_break(
     model: &ContractModel,
     map: impl Fn(&kvcc_model::State) -> kvcc_model::State,
 ) -> Option<String> {
-    for state in reachable(model) {
+    for state in model.reachable_states(usize::MAX) {
         let image = map(&state);
         for clause in 0..model.clause_count() {
             if model.clause_holds(clause, &state) != model.clause_holds(clause, &image) {

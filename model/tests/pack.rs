@@ -6,32 +6,10 @@ mod common;
 use kvcc_model::checker::Checkable;
 use kvcc_model::config::{AggregatorPolicy, Config, Connector};
 use kvcc_model::model::ContractModel;
-use kvcc_model::state::State;
-use std::collections::{HashSet, VecDeque};
-
-/// Up to `limit` reachable states of `config`, breadth first.
-fn reachable(model: &ContractModel, limit: usize) -> Vec<State> {
-    let mut seen: HashSet<State> = HashSet::new();
-    let mut queue = VecDeque::from([model.initial_state()]);
-    let mut states = Vec::new();
-    let mut actions = Vec::new();
-    while let Some(state) = queue.pop_front() {
-        if states.len() >= limit || !seen.insert(state.clone()) {
-            continue;
-        }
-        actions.clear();
-        model
-            .enabled_actions(&state, &mut actions, u64::MAX)
-            .expect("no cap");
-        queue.extend(actions.iter().filter_map(|&a| model.apply(&state, a)));
-        states.push(state);
-    }
-    states
-}
 
 fn assert_round_trips(config: Config) {
     let model = ContractModel::new(config);
-    let states = reachable(&model, 20_000);
+    let states = model.reachable_states(20_000);
     assert!(states.len() > 100, "too few states to say anything");
     let mut bytes = Vec::new();
     for state in states {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{fix, regression};
-use kvcc_model::checker::{check, Options, Verdict};
+use kvcc_model::checker::{check, Counterexample, Options, Verdict};
 use kvcc_model::describe::action_name;
 use kvcc_model::{Config, ContractModel};
 
@@ -19,6 +19,15 @@ fn run(config: Config) -> kvcc_model::checker::Report<ContractModel> {
             ..Options::default()
         },
     )
+}
+
+/// The names of a counterexample's actions, in order.
+fn witness(counterexample: &Counterexample<ContractModel>) -> Vec<&'static str> {
+    counterexample
+        .steps
+        .iter()
+        .map(|(action, _)| action_name(action))
+        .collect()
 }
 
 #[test]
@@ -38,11 +47,10 @@ fn pr59325_regression_leaks_with_a_named_witness() {
         leak.name,
         "eventually-freed: delay-freed-request-never-freed"
     );
-    let witness: Vec<&str> = leak.steps.iter().map(|(a, _)| action_name(a)).collect();
     // The PR's own story, with no fault and no lease expiry (the cheapest counterexample;
     // the shortest one is the fault story below).
     assert_eq!(
-        witness,
+        witness(leak),
         [
             "PrefillFinishes",
             "DecodeAdmits",
@@ -62,13 +70,8 @@ fn pr59325_regression_leaks_with_a_named_witness() {
             ..Options::default()
         },
     );
-    let witness: Vec<&str> = shortest.counterexamples[0]
-        .steps
-        .iter()
-        .map(|(a, _)| action_name(a))
-        .collect();
     assert_eq!(
-        witness,
+        witness(&shortest.counterexamples[0]),
         [
             "PrefillFinishes",
             "ClientAborts",
@@ -168,9 +171,8 @@ fn issue24_a_second_load_after_a_preemption_on_d_never_wakes_and_a_local_prefill
     );
     let stuck = &report.counterexamples[0];
     assert_eq!(stuck.name, "eventually-woken: loader-never-woken");
-    let witness: Vec<&str> = stuck.steps.iter().map(|(a, _)| action_name(a)).collect();
     assert_eq!(
-        witness,
+        witness(stuck),
         [
             "PrefillFinishes",
             "DecodeAdmits",
@@ -247,9 +249,8 @@ fn issue24_a_failed_synchronous_load_delivers_the_token_in_flight_unless_discard
     );
     let stale = &report.counterexamples[0];
     assert_eq!(stale.name, "recv-after-stable: token-from-failed-load");
-    let witness: Vec<&str> = stale.steps.iter().map(|(a, _)| action_name(a)).collect();
     assert_eq!(
-        witness,
+        witness(stale),
         [
             "PrefillFinishes",
             "DecodeAdmits",
