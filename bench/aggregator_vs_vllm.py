@@ -74,7 +74,7 @@ def time_vllm(classes, workload, passes):
 
 
 def rust_figures(bench, runs):
-    """The string-id core setups' median rank-reports per second, by id kind."""
+    """The countdown core setups' median rank-reports per second, by (id kind, map)."""
     lines = subprocess.run(
         [str(bench), "--aggregator", "--format", "json", "--runs", str(runs)],
         check=True,
@@ -85,7 +85,7 @@ def rust_figures(bench, runs):
     for line in lines:
         record = json.loads(line)
         if record["bench"] == "core" and record["policy"] == "countdown":
-            figures[record["ids"]] = record["reports_per_second"]
+            figures[(record["ids"], record["map"])] = record["reports_per_second"]
     return figures
 
 
@@ -124,12 +124,11 @@ def main():
         + ", ".join(f"{r:,.0f}" for r in vllm_rates)
         + ")"
     )
-    for ids in ("u64", "string", "interned"):
-        if ids in rust:
-            print(
-                f"kvcc core, countdown, {ids:>8} ids: {rust[ids]:>14,.0f} rank-reports/s"
-                f" = {rust[ids] / vllm_rate:5.1f}x vLLM"
-            )
+    for (ids, map_), rate in rust.items():
+        print(
+            f"kvcc core, countdown, {ids:>12} ids, {map_:>7} map: {rate:>14,.0f} rank-reports/s"
+            f" = {rate / vllm_rate:5.1f}x vLLM"
+        )
     return 0
 
 

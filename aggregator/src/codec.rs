@@ -4,7 +4,8 @@
 //! encoding spent most of its time dispatching, and canonical: equal aggregators give
 //! equal bytes, since maps are written in key order and rank sets are canonical.
 
-use crate::core::{Aggregator, Entry, Policy, RankSet};
+use crate::core::{Aggregator, Entry, Policy};
+use crate::entries::RankSet;
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet};
 

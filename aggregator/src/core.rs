@@ -15,13 +15,17 @@
 //! [`Policy::Countdown`] keeps vLLM's blind spots on purpose (no reporter identity), so
 //! the model can show what they cost. [`Policy::Strict`] knows who reported and returns
 //! every report it cannot account for as a typed [`Violation`] instead of counting it.
-//! Only `BTreeMap`/`BTreeSet` and canonical rank bitsets are used: the model hashes this
-//! struct into its state and replays paths through it, which needs a deterministic
-//! iteration order and one representation per logical content.
+//! By default only `BTreeMap`/`BTreeSet` and canonical rank bitsets are used: the model
+//! hashes this struct into its state and replays paths through it, which needs a
+//! deterministic iteration order and one representation per logical content.
+//! [`HashedAggregator`] is the same logic with its entries in a hash map, for callers that
+//! only count (see the `entries` module).
 
-use smallvec::SmallVec;
-use std::collections::{BTreeMap, BTreeSet};
+pub use crate::entries::Entry;
+use crate::entries::{EntryMap, FixedHasher, RankSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::hash::Hash;
 
 /// A worker's global rank in its engine (`0..world_size`).
 pub type Rank = u16;
@@ -169,64 +173,16 @@ impl<Id: Ord> StepOutcome<Id> {
     }
 }
 
-/// A set of ranks as a bitset: one word covers the world sizes kvcc models (≤ 64)
-/// without allocating, larger ranks spill to the heap. Canonical, so derived `Eq`, `Ord`,
-/// `Hash` and the packed bytes see logical contents: words are only ever set, and only up to the
-/// word holding the highest rank inserted, so the last word is never zero.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct RankSet {
-    pub(crate) words: SmallVec<[u64; 1]>,
-}
-
-impl RankSet {
-    fn of(rank: Rank) -> Self {
-        let mut set = RankSet::default();
-        set.insert(rank);
-        set
-    }
-
-    fn contains(&self, rank: Rank) -> bool {
-        let (word, bit) = (usize::from(rank) / 64, rank % 64);
-        self.words.get(word).is_some_and(|w| w & (1u64 << bit) != 0)
-    }
-
-    fn insert(&mut self, rank: Rank) {
-        let (word, bit) = (usize::from(rank) / 64, rank % 64);
-        if word >= self.words.len() {
-            self.words.resize(word + 1, 0);
-        }
-        self.words[word] |= 1u64 << bit;
-    }
-}
-
-/// Everything known about one (direction, id), so a report costs one map lookup. Absent
-/// means: no countdown open and, under `Strict`, not announced.
+/// The aggregator for one engine. See the module docs for the semantics. Its entries
+/// live in an ordered map unless `Map` says otherwise ([`HashedAggregator`]; the
+/// `entries` module says when each serves).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Entry {
-    /// `Strict` only: announced by the scheduler, no report counted yet.
-    Announced,
-    /// A countdown is open.
-    Open {
-        /// Reports still needed before emission; never 0 (emission closes it).
-        remaining: u32,
-        /// Ranks counted so far; always empty under `Countdown`, which has no identity.
-        reporters: RankSet,
-        /// `Strict`: still announced (false once retired while open, when later reports
-        /// are refused as unannounced). Always false under `Countdown`.
-        announced: bool,
-    },
-    /// `Strict` only: emitted to the scheduler by this quorum, announced until retired.
-    Emitted { quorum: RankSet },
-}
-
-/// The aggregator for one engine. See the module docs for the semantics.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Aggregator<Id: Ord> {
+pub struct Aggregator<Id: Ord, Map = BTreeMap<Id, Entry>> {
     pub(crate) policy: Policy,
     /// `E` for countdowns opened from now on.
     pub(crate) expected: u32,
-    pub(crate) sending: BTreeMap<Id, Entry>,
-    pub(crate) recving: BTreeMap<Id, Entry>,
+    pub(crate) sending: Map,
+    pub(crate) recving: Map,
     /// `failed_recving` ids waiting for their receive quorum.
     pub(crate) pending_failed: BTreeSet<Id>,
 }
@@ -253,26 +209,85 @@ pub fn countdown_room(remaining: Option<u32>, emitted: bool, expected: u32) -> u
     }
 }
 
+/// The aggregator with its entries in a hash map: for ids that arrive in no useful order
+/// (vLLM's request ids), where it counts faster; it cannot be ordered, hashed or packed,
+/// so the model keeps the ordered one.
+pub type HashedAggregator<Id> = Aggregator<Id, HashMap<Id, Entry, FixedHasher>>;
+
 impl<Id: Ord + Clone> Aggregator<Id> {
     /// An aggregator expecting `expected` reports per id (must be at least 1).
     pub fn new(policy: Policy, expected: u32) -> Self {
-        assert!(expected > 0, "E must be at least 1");
-        Aggregator {
-            policy,
-            expected,
-            sending: BTreeMap::new(),
-            recving: BTreeMap::new(),
-            pending_failed: BTreeSet::new(),
-        }
+        Aggregator::build(policy, expected)
     }
 
     /// vLLM's construction: the connector's count, or `world_size` when it has none.
     pub fn from_connector(policy: Policy, connector_count: Option<u32>, world_size: u32) -> Self {
-        let expected = match connector_count {
-            Some(count) if count > 0 => count,
-            _ => world_size,
+        Aggregator::build(policy, connector_expected(connector_count, world_size))
+    }
+
+    /// Two ids ordered by what this aggregator holds for them, as the derived order
+    /// compares this aggregator with the one where `a` and `b` swap what they hold:
+    /// sends, then receives, then pending failures, and in each an id holding something
+    /// before one holding nothing (with as many entries on both sides, the map whose
+    /// next entry comes at the lower id is the less). The model's request symmetry sorts
+    /// interchangeable requests by it.
+    pub fn cmp_held(&self, a: &Id, b: &Id) -> std::cmp::Ordering {
+        fn held<T: Ord>(a: Option<T>, b: Option<T>) -> std::cmp::Ordering {
+            match (a, b) {
+                (Some(a), Some(b)) => a.cmp(&b),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            }
+        }
+        let pending = |id: &Id| self.pending_failed.contains(id).then_some(());
+        held(self.sending.get(a), self.sending.get(b))
+            .then_with(|| held(self.recving.get(a), self.recving.get(b)))
+            .then_with(|| held(pending(a), pending(b)))
+    }
+
+    /// The same aggregator with every id renamed by `rename`, which must be one-to-one:
+    /// nothing here depends on what an id is, only on which reports share one (the
+    /// model's request symmetry renames requests).
+    pub fn renamed(&self, rename: impl Fn(&Id) -> Id) -> Self {
+        let entries = |map: &BTreeMap<Id, Entry>| -> BTreeMap<Id, Entry> {
+            map.iter().map(|(id, e)| (rename(id), e.clone())).collect()
         };
-        Aggregator::new(policy, expected)
+        Aggregator {
+            policy: self.policy,
+            expected: self.expected,
+            sending: entries(&self.sending),
+            recving: entries(&self.recving),
+            pending_failed: self.pending_failed.iter().map(&rename).collect(),
+        }
+    }
+}
+
+impl<Id: Ord + Clone + Hash> HashedAggregator<Id> {
+    /// [`Aggregator::new`], keeping entries in a hash map.
+    pub fn hashed(policy: Policy, expected: u32) -> Self {
+        Aggregator::build(policy, expected)
+    }
+}
+
+/// vLLM's `E`: the connector's count, or `world_size` when it has none (None or 0).
+fn connector_expected(connector_count: Option<u32>, world_size: u32) -> u32 {
+    match connector_count {
+        Some(count) if count > 0 => count,
+        _ => world_size,
+    }
+}
+
+impl<Id: Ord + Clone, Map: EntryMap<Id>> Aggregator<Id, Map> {
+    fn build(policy: Policy, expected: u32) -> Self {
+        assert!(expected > 0, "E must be at least 1");
+        Aggregator {
+            policy,
+            expected,
+            sending: Map::default(),
+            recving: Map::default(),
+            pending_failed: BTreeSet::new(),
+        }
     }
 
     pub fn policy(&self) -> Policy {
@@ -321,46 +336,9 @@ impl<Id: Ord + Clone> Aggregator<Id> {
     /// numbers ids may drop `id`'s number only once this is false, or a later report of
     /// the same request would start afresh under a new number.
     pub fn holds(&self, id: &Id) -> bool {
-        self.sending.contains_key(id)
-            || self.recving.contains_key(id)
+        self.sending.get(id).is_some()
+            || self.recving.get(id).is_some()
             || self.pending_failed.contains(id)
-    }
-
-    /// Two ids ordered by what this aggregator holds for them, as the derived order
-    /// compares this aggregator with the one where `a` and `b` swap what they hold:
-    /// sends, then receives, then pending failures, and in each an id holding something
-    /// before one holding nothing (with as many entries on both sides, the map whose
-    /// next entry comes at the lower id is the less). The model's request symmetry sorts
-    /// interchangeable requests by it.
-    pub fn cmp_held(&self, a: &Id, b: &Id) -> std::cmp::Ordering {
-        fn held<T: Ord>(a: Option<T>, b: Option<T>) -> std::cmp::Ordering {
-            match (a, b) {
-                (Some(a), Some(b)) => a.cmp(&b),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => std::cmp::Ordering::Equal,
-            }
-        }
-        let pending = |id: &Id| self.pending_failed.contains(id).then_some(());
-        held(self.sending.get(a), self.sending.get(b))
-            .then_with(|| held(self.recving.get(a), self.recving.get(b)))
-            .then_with(|| held(pending(a), pending(b)))
-    }
-
-    /// The same aggregator with every id renamed by `rename`, which must be one-to-one:
-    /// nothing here depends on what an id is, only on which reports share one (the
-    /// model's request symmetry renames requests).
-    pub fn renamed(&self, rename: impl Fn(&Id) -> Id) -> Self {
-        let entries = |map: &BTreeMap<Id, Entry>| -> BTreeMap<Id, Entry> {
-            map.iter().map(|(id, e)| (rename(id), e.clone())).collect()
-        };
-        Aggregator {
-            policy: self.policy,
-            expected: self.expected,
-            sending: entries(&self.sending),
-            recving: entries(&self.recving),
-            pending_failed: self.pending_failed.iter().map(&rename).collect(),
-        }
     }
 
     /// The scheduler expects reports for `id` in `direction` (a delay-free for sends, a
@@ -371,8 +349,7 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         }
         let entry = self
             .entries_mut(direction)
-            .entry(id)
-            .or_insert(Entry::Announced);
+            .get_or_insert(id, Entry::Announced);
         match entry {
             Entry::Open { announced, .. } => *announced = true,
             // A new lifetime: the old quorum no longer refuses anything.
@@ -437,14 +414,14 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         outcome
     }
 
-    fn entries(&self, direction: Direction) -> &BTreeMap<Id, Entry> {
+    fn entries(&self, direction: Direction) -> &Map {
         match direction {
             Direction::Sending => &self.sending,
             Direction::Recving => &self.recving,
         }
     }
 
-    fn entries_mut(&mut self, direction: Direction) -> &mut BTreeMap<Id, Entry> {
+    fn entries_mut(&mut self, direction: Direction) -> &mut Map {
         match direction {
             Direction::Sending => &mut self.sending,
             Direction::Recving => &mut self.recving,
@@ -516,12 +493,14 @@ impl<Id: Ord + Clone> Aggregator<Id> {
         };
         // The countdown reached zero: emit. `Strict` remembers who emitted, to classify
         // later reports; `Countdown` forgets the id, as vLLM does.
-        if strict {
+        let emitted = if strict {
             *entry = Entry::Emitted { quorum };
+            id.clone()
         } else {
-            entries.remove(id);
-        }
-        outcome.finished_mut(direction).insert(id.clone());
+            // The map's own copy of the id leaves with its entry: no clone.
+            entries.remove(id).unwrap_or_else(|| id.clone())
+        };
+        outcome.finished_mut(direction).insert(emitted);
     }
 }
 

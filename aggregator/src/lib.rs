@@ -14,11 +14,15 @@
 
 mod codec;
 pub mod core;
+mod entries;
 pub mod front;
+mod name;
 pub mod sync;
 
 pub use crate::core::{
-    countdown_room, step_expected, Aggregator, Direction, Policy, Rank, StepOutcome, Violation,
-    ViolationKind, WorkerOutput,
+    countdown_room, step_expected, Aggregator, Direction, HashedAggregator, Policy, Rank,
+    StepOutcome, Violation, ViolationKind, WorkerOutput,
 };
+pub use crate::entries::EntryMap;
 pub use crate::front::{ConcurrentAggregator, FrontError, Step};
+pub use crate::name::RequestName;

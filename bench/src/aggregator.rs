@@ -8,12 +8,15 @@
 //! later, so countdowns stay open across steps and every step's outputs mix requests of
 //! several ages. A rank-report is one request id in one rank's `finished_sending`.
 //!
-//! The same schedule runs with three kinds of id: `u64` (what the core counts once
-//! conform has interned vLLM's ids), `string` (vLLM's own ids, `cmpl-<32 hex>-0`, as the
-//! core's `Id` — the baseline), and `interned`: string ids in and out, numbered at the
+//! The same schedule runs with four kinds of id: `u64` (what the core counts once
+//! conform has interned vLLM's ids), `string` (vLLM's own ids, [`request_id`], as the
+//! core's `Id` — the baseline), `interned` (string ids in and out, numbered at the
 //! boundary by conform's [`Interner`] exactly as conform's readers number them, the core
 //! on the numbers, emitted numbers named again and forgotten once the core holds nothing
-//! for them — the interning is inside the timing. `bench/aggregator_vs_vllm.py` times
+//! for them — the interning is inside the timing) and `request-name` (each output's ids
+//! as [`RequestName`]s, hashed when the output was built, as vLLM's sets hold strings
+//! that cached their hash when the set was built), with the core's entries in its ordered
+//! map or in a hash map ([`HashedAggregator`]). `bench/aggregator_vs_vllm.py` times
 //! vLLM's `KVOutputAggregator` on the string schedule (`--aggregator-workload` writes it).
 //!
 //! The schedule is periodic: ids are taken modulo one ring of [`RING_STEPS`] steps, so one
@@ -22,8 +25,8 @@
 //! broken aggregator or an optimised-away loop cannot pass for a fast one.
 
 use kvcc_aggregator::{
-    Aggregator, ConcurrentAggregator, Direction, Policy, Rank, Step, StepOutcome, Violation,
-    WorkerOutput,
+    Aggregator, ConcurrentAggregator, Direction, EntryMap, HashedAggregator, Policy, Rank,
+    RequestName, Step, StepOutcome, Violation, WorkerOutput,
 };
 use kvcc_conform::intern::{IdNum, Interner};
 use serde::Serialize;
@@ -81,7 +84,22 @@ impl Workload<u64> {
 
     /// The same schedule with vLLM's string ids ([`request_id`]).
     pub fn named(&self) -> Workload<String> {
-        let name = |ids: &BTreeSet<u64>| ids.iter().map(|&id| request_id(id)).collect();
+        self.map_ids(|&id| request_id(id))
+    }
+}
+
+impl Workload<String> {
+    /// The same schedule with each id a [`RequestName`], made apart for every output that
+    /// carries it (each rank's output arrives decoded on its own), its hash taken then.
+    pub fn request_names(&self) -> Workload<RequestName> {
+        self.map_ids(|name| RequestName::new(name))
+    }
+}
+
+impl<Id: Ord> Workload<Id> {
+    /// The same schedule with every id renamed by `rename`, which must be one-to-one.
+    fn map_ids<T: Ord>(&self, rename: impl Fn(&Id) -> T) -> Workload<T> {
+        let all = |ids: &BTreeSet<Id>| ids.iter().map(&rename).collect();
         Workload {
             steps: self
                 .steps
@@ -90,7 +108,7 @@ impl Workload<u64> {
                     outputs
                         .iter()
                         .map(|o| WorkerOutput {
-                            finished_sending: name(&o.finished_sending),
+                            finished_sending: all(&o.finished_sending),
                             ..WorkerOutput::empty(o.rank)
                         })
                         .collect()
@@ -99,13 +117,11 @@ impl Workload<u64> {
             freed: self
                 .freed
                 .iter()
-                .map(|ids| ids.iter().map(|&id| request_id(id)).collect())
+                .map(|ids| ids.iter().map(&rename).collect())
                 .collect(),
         }
     }
-}
 
-impl<Id: Ord> Workload<Id> {
     /// Rank-reports in one pass over the ring.
     pub fn reports_per_pass(&self) -> u64 {
         IDS * u64::from(WORLD_SIZE)
@@ -158,10 +174,12 @@ pub fn workload_json(workload: &Workload<String>) -> String {
     serde_json::to_string(&file).unwrap_or_default()
 }
 
-/// Request `n`'s id as vLLM's OpenAI server names completions: `cmpl-`, 32 hex digits
-/// (a random UUID there; two rounds of splitmix64 of `n` here, so runs repeat), `-0`.
+/// Request `n`'s id as vLLM 0.34's engine names a completion's first choice: the
+/// server's `cmpl-<16 hex>-0` (entrypoints/openai/completion/serving.py) with `-<8 hex>`
+/// appended by the engine (`assign_request_id`, vllm/v1/engine/input_processor.py) — random
+/// digits there, splitmix64 of `n` here, so runs repeat.
 pub fn request_id(n: u64) -> String {
-    format!("cmpl-{:016x}{:016x}-0", splitmix64(n), splitmix64(!n))
+    format!("cmpl-{:016x}-0-{:08x}", splitmix64(n), splitmix64(!n) >> 32)
 }
 
 fn splitmix64(n: u64) -> u64 {
@@ -175,13 +193,19 @@ fn splitmix64(n: u64) -> u64 {
 pub struct Workloads {
     pub numbers: Workload<u64>,
     pub names: Workload<String>,
+    pub request_names: Workload<RequestName>,
 }
 
 impl Workloads {
     pub fn new() -> Workloads {
         let numbers = Workload::new();
         let names = numbers.named();
-        Workloads { numbers, names }
+        let request_names = names.request_names();
+        Workloads {
+            numbers,
+            names,
+            request_names,
+        }
     }
 }
 
@@ -361,15 +385,14 @@ impl Timing {
     }
 }
 
-/// The core on this thread: `passes` timed passes after a warm-up pass.
-pub fn core<Id: Ord + Clone>(
+/// The core on this thread, as given: `passes` timed passes after a warm-up pass.
+pub fn core<Id: Ord + Clone, Map: EntryMap<Id>>(
     workload: &Workload<Id>,
-    policy: Policy,
+    mut aggregator: Aggregator<Id, Map>,
     passes: u64,
 ) -> Result<Timing, String> {
-    let mut aggregator = Aggregator::new(policy, WORLD_SIZE);
-    let strict = policy == Policy::Strict;
-    let pass = |aggregator: &mut Aggregator<Id>| -> (u64, usize) {
+    let strict = aggregator.policy() == Policy::Strict;
+    let pass = |aggregator: &mut Aggregator<Id, Map>| -> (u64, usize) {
         let mut emitted = 0u64;
         let mut refused = 0usize;
         for (outputs, freed) in workload.steps.iter().zip(&workload.freed) {
@@ -390,6 +413,23 @@ pub fn core<Id: Ord + Clone>(
         (emitted, refused)
     };
     timed(workload, passes, &mut aggregator, pass)
+}
+
+/// The core with its entries in `map`.
+pub fn core_in<Id: Ord + Clone + std::hash::Hash>(
+    map: Map,
+    workload: &Workload<Id>,
+    policy: Policy,
+    passes: u64,
+) -> Result<Timing, String> {
+    match map {
+        Map::Ordered => core(workload, Aggregator::new(policy, WORLD_SIZE), passes),
+        Map::Hashed => core(
+            workload,
+            HashedAggregator::hashed(policy, WORLD_SIZE),
+            passes,
+        ),
+    }
 }
 
 /// String ids through [`Interned`] under `Countdown`, interning included.
@@ -581,6 +621,9 @@ pub enum Ids {
     String,
     /// vLLM's strings through [`Interned`]: interned at the boundary, numbers in the core.
     Interned,
+    /// vLLM's strings as [`RequestName`]s, hashed once when made, as the sets vLLM's
+    /// aggregator is handed hold strings that have cached their hash.
+    RequestName,
 }
 
 impl Ids {
@@ -589,6 +632,25 @@ impl Ids {
             Ids::U64 => "u64",
             Ids::String => "string",
             Ids::Interned => "interned",
+            Ids::RequestName => "request-name",
+        }
+    }
+}
+
+/// Where the core keeps its entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Map {
+    /// [`Aggregator`]'s ordered map: what the model and conform use.
+    Ordered,
+    /// [`HashedAggregator`]'s hash map.
+    Hashed,
+}
+
+impl Map {
+    pub fn name(self) -> &'static str {
+        match self {
+            Map::Ordered => "ordered",
+            Map::Hashed => "hashed",
         }
     }
 }
@@ -600,15 +662,17 @@ pub struct Setup {
     pub bench: &'static str,
     pub policy: Policy,
     pub ids: Ids,
+    pub map: Map,
     pub reporter_threads: u32,
     pub cores: usize,
 }
 
-const fn core_setup(policy: Policy, ids: Ids) -> Setup {
+const fn core_setup(policy: Policy, ids: Ids, map: Map) -> Setup {
     Setup {
         bench: "core",
         policy,
         ids,
+        map,
         reporter_threads: 1,
         cores: 1,
     }
@@ -619,17 +683,20 @@ const fn front_setup(cores: usize) -> Setup {
         bench: "front",
         policy: Policy::Countdown,
         ids: Ids::U64,
+        map: Map::Ordered,
         reporter_threads: WORLD_SIZE,
         cores,
     }
 }
 
 /// The measurements `kvcc-bench --aggregator` makes, in order.
-pub const SETUPS: [Setup; 6] = [
-    core_setup(Policy::Countdown, Ids::U64),
-    core_setup(Policy::Strict, Ids::U64),
-    core_setup(Policy::Countdown, Ids::String),
-    core_setup(Policy::Countdown, Ids::Interned),
+pub const SETUPS: [Setup; 8] = [
+    core_setup(Policy::Countdown, Ids::U64, Map::Ordered),
+    core_setup(Policy::Strict, Ids::U64, Map::Ordered),
+    core_setup(Policy::Countdown, Ids::U64, Map::Hashed),
+    core_setup(Policy::Countdown, Ids::String, Map::Ordered),
+    core_setup(Policy::Countdown, Ids::Interned, Map::Ordered),
+    core_setup(Policy::Countdown, Ids::RequestName, Map::Hashed),
     front_setup(1),
     front_setup(2),
 ];
@@ -647,9 +714,11 @@ pub fn measure(workloads: &Workloads, setup: Setup, passes_divisor: u64) -> Resu
     }
     let _pinned = Pinned::to_first(setup.cores)?;
     let passes = (CORE_PASSES / divisor).max(1);
+    let (policy, map) = (setup.policy, setup.map);
     match setup.ids {
-        Ids::U64 => core(&workloads.numbers, setup.policy, passes),
-        Ids::String => core(&workloads.names, setup.policy, passes),
+        Ids::U64 => core_in(map, &workloads.numbers, policy, passes),
+        Ids::String => core_in(map, &workloads.names, policy, passes),
+        Ids::RequestName => core_in(map, &workloads.request_names, policy, passes),
         Ids::Interned => interned(&workloads.names, passes),
     }
 }
@@ -692,6 +761,7 @@ struct Line<'a> {
     bench: &'a str,
     policy: &'static str,
     ids: &'static str,
+    map: &'static str,
     world_size: u32,
     reporter_threads: u32,
     cores: usize,
@@ -713,6 +783,7 @@ pub fn json_line(m: &Measured) -> String {
         bench: m.setup.bench,
         policy: policy_name(m.setup.policy),
         ids: m.setup.ids.name(),
+        map: m.setup.map.name(),
         world_size: WORLD_SIZE,
         reporter_threads: m.setup.reporter_threads,
         cores: m.setup.cores,
@@ -733,6 +804,7 @@ pub fn table(measured: &[Measured]) -> String {
         "BENCH",
         "POLICY",
         "IDS",
+        "MAP",
         "REPORTER THREADS",
         "CORES",
         "REPORTS",
@@ -746,6 +818,7 @@ pub fn table(measured: &[Measured]) -> String {
                 m.setup.bench.to_string(),
                 policy_name(m.setup.policy).to_string(),
                 m.setup.ids.name().to_string(),
+                m.setup.map.name().to_string(),
                 m.setup.reporter_threads.to_string(),
                 m.setup.cores.to_string(),
                 m.timings.first().map_or(0, |t| t.reports).to_string(),
@@ -791,11 +864,18 @@ mod tests {
     #[test]
     fn the_core_emits_every_id_once_per_pass_under_both_policies_and_all_ids() {
         let workloads = Workloads::new();
+        let reports = 2 * workloads.numbers.reports_per_pass();
         for policy in [Policy::Countdown, Policy::Strict] {
-            let timing = core(&workloads.numbers, policy, 2).unwrap();
-            assert_eq!(timing.reports, 2 * workloads.numbers.reports_per_pass());
-            let timing = core(&workloads.names, policy, 2).unwrap();
-            assert_eq!(timing.reports, 2 * workloads.names.reports_per_pass());
+            for map in [Map::Ordered, Map::Hashed] {
+                let timings = [
+                    core_in(map, &workloads.numbers, policy, 2),
+                    core_in(map, &workloads.names, policy, 2),
+                    core_in(map, &workloads.request_names, policy, 2),
+                ];
+                for timing in timings {
+                    assert_eq!(timing.unwrap().reports, reports, "{policy:?} {map:?}");
+                }
+            }
         }
         let timing = interned(&workloads.names, 2).unwrap();
         assert_eq!(timing.reports, 2 * workloads.names.reports_per_pass());
@@ -804,8 +884,11 @@ mod tests {
     #[test]
     fn string_ids_look_like_vllms_and_are_distinct() {
         let id = request_id(0);
-        assert_eq!(id.len(), "cmpl-".len() + 32 + "-0".len(), "{id}");
-        assert!(id.starts_with("cmpl-") && id.ends_with("-0"), "{id}");
+        assert_eq!(id.len(), "cmpl-".len() + 16 + "-0-".len() + 8, "{id}");
+        assert!(
+            id.starts_with("cmpl-") && id[21..].starts_with("-0-"),
+            "{id}"
+        );
         let names: BTreeSet<String> = (0..IDS).map(request_id).collect();
         assert_eq!(names.len() as u64, IDS);
     }

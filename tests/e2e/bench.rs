@@ -246,13 +246,14 @@ fn issue6_bench_child_needs_exactly_one_point() {
 }
 
 /// Every field harness/FORMATS.md documents for `kvcc-bench --aggregator` lines.
-const AGGREGATOR_FIELDS: [&str; 16] = [
+const AGGREGATOR_FIELDS: [&str; 17] = [
     "format_version",
     "kvcc_version",
     "kind",
     "bench",
     "policy",
     "ids",
+    "map",
     "world_size",
     "reporter_threads",
     "cores",

@@ -1,0 +1,151 @@
+//! What the core holds for one (direction, id), and the map it keeps those entries in.
+//!
+//! The core's logic is one; where it keeps its entries is a choice. The ordered map is
+//! the default and what the model needs: it hashes, orders and packs aggregators into its
+//! states and replays paths through them, so it needs one representation per content and
+//! a fixed iteration order. A hash map serves ids that arrive in no useful order, such as
+//! vLLM's random request ids: an ordered search over random keys mispredicts a branch at
+//! every level, and opening or closing a countdown shifts a node, where a hash map probes
+//! once ([`crate::HashedAggregator`]).
+
+use crate::core::Rank;
+use foldhash::fast::FixedState;
+use smallvec::SmallVec;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+
+/// A set of ranks as a bitset: one word covers the world sizes kvcc models (≤ 64)
+/// without allocating, larger ranks spill to the heap. Canonical, so derived `Eq`, `Ord`,
+/// `Hash` and the packed bytes see logical contents: words are only ever set, and only up to the
+/// word holding the highest rank inserted, so the last word is never zero.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RankSet {
+    pub(crate) words: SmallVec<[u64; 1]>,
+}
+
+impl RankSet {
+    pub(crate) fn of(rank: Rank) -> Self {
+        let mut set = RankSet::default();
+        set.insert(rank);
+        set
+    }
+
+    pub fn contains(&self, rank: Rank) -> bool {
+        let (word, bit) = (usize::from(rank) / 64, rank % 64);
+        self.words.get(word).is_some_and(|w| w & (1u64 << bit) != 0)
+    }
+
+    pub(crate) fn insert(&mut self, rank: Rank) {
+        let (word, bit) = (usize::from(rank) / 64, rank % 64);
+        if word >= self.words.len() {
+            self.words.resize(word + 1, 0);
+        }
+        self.words[word] |= 1u64 << bit;
+    }
+}
+
+/// Everything known about one (direction, id), so a report costs one map lookup. Absent
+/// means: no countdown open and, under `Strict`, not announced.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Entry {
+    /// `Strict` only: announced by the scheduler, no report counted yet.
+    Announced,
+    /// A countdown is open.
+    Open {
+        /// Reports still needed before emission; never 0 (emission closes it).
+        remaining: u32,
+        /// Ranks counted so far; always empty under `Countdown`, which has no identity.
+        reporters: RankSet,
+        /// `Strict`: still announced (false once retired while open, when later reports
+        /// are refused as unannounced). Always false under `Countdown`.
+        announced: bool,
+    },
+    /// `Strict` only: emitted to the scheduler by this quorum, announced until retired.
+    Emitted { quorum: RankSet },
+}
+
+/// Where the core keeps its entries for one direction.
+pub trait EntryMap<Id>: Default {
+    fn get(&self, id: &Id) -> Option<&Entry>;
+    fn get_mut(&mut self, id: &Id) -> Option<&mut Entry>;
+    /// The entry of `id`, made from `new` when there is none.
+    fn get_or_insert(&mut self, id: Id, new: Entry) -> &mut Entry;
+    fn insert(&mut self, id: Id, entry: Entry);
+    /// Removes `id`'s entry, returning the map's own copy of the id.
+    fn remove(&mut self, id: &Id) -> Option<Id>;
+    fn is_empty(&self) -> bool;
+    /// Every entry, in the map's own order (by id for the ordered map; a fixed order of
+    /// the hash for the hash map, whose hasher is unseeded).
+    fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
+    where
+        Id: 'a;
+}
+
+impl<Id: Ord> EntryMap<Id> for BTreeMap<Id, Entry> {
+    fn get(&self, id: &Id) -> Option<&Entry> {
+        BTreeMap::get(self, id)
+    }
+
+    fn get_mut(&mut self, id: &Id) -> Option<&mut Entry> {
+        BTreeMap::get_mut(self, id)
+    }
+
+    fn get_or_insert(&mut self, id: Id, new: Entry) -> &mut Entry {
+        self.entry(id).or_insert(new)
+    }
+
+    fn insert(&mut self, id: Id, entry: Entry) {
+        BTreeMap::insert(self, id, entry);
+    }
+
+    fn remove(&mut self, id: &Id) -> Option<Id> {
+        BTreeMap::remove_entry(self, id).map(|(id, _)| id)
+    }
+
+    fn is_empty(&self) -> bool {
+        BTreeMap::is_empty(self)
+    }
+
+    fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
+    where
+        Id: 'a,
+    {
+        BTreeMap::iter(self)
+    }
+}
+
+/// The hash map's hasher: unseeded, so runs repeat.
+pub type FixedHasher = FixedState;
+
+impl<Id: Eq + Hash> EntryMap<Id> for HashMap<Id, Entry, FixedHasher> {
+    fn get(&self, id: &Id) -> Option<&Entry> {
+        HashMap::get(self, id)
+    }
+
+    fn get_mut(&mut self, id: &Id) -> Option<&mut Entry> {
+        HashMap::get_mut(self, id)
+    }
+
+    fn get_or_insert(&mut self, id: Id, new: Entry) -> &mut Entry {
+        self.entry(id).or_insert(new)
+    }
+
+    fn insert(&mut self, id: Id, entry: Entry) {
+        HashMap::insert(self, id, entry);
+    }
+
+    fn remove(&mut self, id: &Id) -> Option<Id> {
+        HashMap::remove_entry(self, id).map(|(id, _)| id)
+    }
+
+    fn is_empty(&self) -> bool {
+        HashMap::is_empty(self)
+    }
+
+    fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
+    where
+        Id: 'a,
+    {
+        HashMap::iter(self)
+    }
+}
