@@ -212,17 +212,15 @@ pub fn countdown_room(remaining: Option<u32>, emitted: bool, expected: u32) -> u
 /// The aggregator with its entries in a hash map: for ids that arrive in no useful order
 /// (vLLM's request ids), where it counts faster; it cannot be ordered, hashed or packed,
 /// so the model keeps the ordered one.
-pub type HashedAggregator<Id> = Aggregator<Id, HashMap<Id, Entry, FixedHasher>>;
+pub type HashedAggregator<Id> = Aggregator<Id, HashedEntries<Id>>;
+
+/// The hash map a [`HashedAggregator`] keeps its entries in.
+pub type HashedEntries<Id> = HashMap<Id, Entry, FixedHasher>;
 
 impl<Id: Ord + Clone> Aggregator<Id> {
     /// An aggregator expecting `expected` reports per id (must be at least 1).
     pub fn new(policy: Policy, expected: u32) -> Self {
         Aggregator::build(policy, expected)
-    }
-
-    /// vLLM's construction: the connector's count, or `world_size` when it has none.
-    pub fn from_connector(policy: Policy, connector_count: Option<u32>, world_size: u32) -> Self {
-        Aggregator::build(policy, connector_expected(connector_count, world_size))
     }
 
     /// Two ids ordered by what this aggregator holds for them, as the derived order
@@ -270,8 +268,9 @@ impl<Id: Ord + Clone + Hash> HashedAggregator<Id> {
     }
 }
 
-/// vLLM's `E`: the connector's count, or `world_size` when it has none (None or 0).
-fn connector_expected(connector_count: Option<u32>, world_size: u32) -> u32 {
+/// vLLM's `E`: the connector's count (`get_finished_count()`), or `world_size` when it has
+/// none (None or 0).
+pub fn connector_expected(connector_count: Option<u32>, world_size: u32) -> u32 {
     match connector_count {
         Some(count) if count > 0 => count,
         _ => world_size,
@@ -567,18 +566,9 @@ mod tests {
 
     #[test]
     fn connector_count_of_none_or_zero_falls_back_to_world_size() {
-        assert_eq!(
-            Aggregator::<u32>::from_connector(Policy::Countdown, None, 8).expected(),
-            8
-        );
-        assert_eq!(
-            Aggregator::<u32>::from_connector(Policy::Countdown, Some(0), 8).expected(),
-            8
-        );
-        assert_eq!(
-            Aggregator::<u32>::from_connector(Policy::Countdown, Some(2), 8).expected(),
-            2
-        );
+        assert_eq!(connector_expected(None, 8), 8);
+        assert_eq!(connector_expected(Some(0), 8), 8);
+        assert_eq!(connector_expected(Some(2), 8), 2);
     }
 
     #[test]

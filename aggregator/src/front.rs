@@ -44,9 +44,11 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::mem;
 
-use crate::core::{Aggregator, Direction, Rank, StepOutcome, WorkerOutput};
+use crate::core::{Aggregator, Direction, Entry, Rank, StepOutcome, WorkerOutput};
+use crate::entries::EntryMap;
 use crate::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::sync::{thread, Condvar, Mutex, MutexGuard};
+use std::collections::BTreeMap;
 
 /// An engine step number, as the executor counts them.
 pub type Step = u64;
@@ -170,7 +172,7 @@ enum CriticalSection {
 /// vLLM's executor in front of the aggregator core: rank threads submit per-step
 /// outputs concurrently, complete steps are aggregated in step order, and a consumer
 /// takes the outcomes. See the module docs.
-pub struct ConcurrentAggregator<Id: Ord> {
+pub struct ConcurrentAggregator<Id: Ord, Map = BTreeMap<Id, Entry>> {
     world_size: u32,
     output_rank: Rank,
     first_step: Step,
@@ -185,7 +187,7 @@ pub struct ConcurrentAggregator<Id: Ord> {
     queued: AtomicU64,
     hub: Mutex<Hub<Id>>,
     /// Taken by the aggregating role for one step at a time, and by the passthroughs.
-    core: Mutex<Aggregator<Id>>,
+    core: Mutex<Aggregator<Id, Map>>,
     /// Signalled when a waiting consumer has an outcome to take or the front is closed.
     emitted_or_closed: Condvar,
 }
@@ -235,11 +237,13 @@ struct Hub<Id: Ord> {
     closed: bool,
 }
 
-impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
+impl<Id: Ord + Clone + Send + 'static, Map: EntryMap<Id> + Send + 'static>
+    ConcurrentAggregator<Id, Map>
+{
     /// A front for ranks `0..world_size` whose steps are dropped when `output_rank`'s
     /// output is missing, as vLLM's executor does.
     pub fn new(
-        core: Aggregator<Id>,
+        core: Aggregator<Id, Map>,
         world_size: u32,
         output_rank: Rank,
     ) -> Result<Self, FrontError> {
@@ -252,7 +256,7 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     /// catch that race; never use it for anything else.
     #[doc(hidden)]
     pub fn with_racy_critical_section(
-        core: Aggregator<Id>,
+        core: Aggregator<Id, Map>,
         world_size: u32,
         output_rank: Rank,
     ) -> Result<Self, FrontError> {
@@ -265,7 +269,7 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     /// race; never use it for anything else.
     #[doc(hidden)]
     pub fn with_racy_role_release(
-        core: Aggregator<Id>,
+        core: Aggregator<Id, Map>,
         world_size: u32,
         output_rank: Rank,
     ) -> Result<Self, FrontError> {
@@ -278,7 +282,7 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
     }
 
     fn build(
-        core: Aggregator<Id>,
+        core: Aggregator<Id, Map>,
         world_size: u32,
         output_rank: Rank,
         critical_section: CriticalSection,
@@ -439,12 +443,18 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
 
     /// Reads the core under its lock, e.g. for end-of-run checks. `read` must not call
     /// back into this front: the lock is not reentrant.
-    pub fn with_core<R>(&self, read: impl FnOnce(&Aggregator<Id>) -> R) -> Result<R, FrontError> {
+    pub fn with_core<R>(
+        &self,
+        read: impl FnOnce(&Aggregator<Id, Map>) -> R,
+    ) -> Result<R, FrontError> {
         Ok(read(&*self.lock_core()?))
     }
 
     /// A copy of the core as it is now.
-    pub fn core_snapshot(&self) -> Result<Aggregator<Id>, FrontError> {
+    pub fn core_snapshot(&self) -> Result<Aggregator<Id, Map>, FrontError>
+    where
+        Map: Clone,
+    {
         self.with_core(Aggregator::clone)
     }
 
@@ -452,7 +462,7 @@ impl<Id: Ord + Clone + Send + 'static> ConcurrentAggregator<Id> {
         self.hub.lock().map_err(|_| FrontError::Poisoned)
     }
 
-    fn lock_core(&self) -> Result<MutexGuard<'_, Aggregator<Id>>, FrontError> {
+    fn lock_core(&self) -> Result<MutexGuard<'_, Aggregator<Id, Map>>, FrontError> {
         self.core.lock().map_err(|_| FrontError::Poisoned)
     }
 

@@ -20,8 +20,8 @@ mod name;
 pub mod sync;
 
 pub use crate::core::{
-    countdown_room, step_expected, Aggregator, Direction, HashedAggregator, Policy, Rank,
-    StepOutcome, Violation, ViolationKind, WorkerOutput,
+    connector_expected, countdown_room, step_expected, Aggregator, Direction, HashedAggregator,
+    HashedEntries, Policy, Rank, StepOutcome, Violation, ViolationKind, WorkerOutput,
 };
 pub use crate::entries::EntryMap;
 pub use crate::front::{ConcurrentAggregator, FrontError, Step};

@@ -489,9 +489,35 @@ fn check_emitted<Id: Ord>(
 /// first `cores` CPUs this process may use. Outputs for every step are built before the
 /// clock starts, so the figure is the front's (locking, buffering, the core under the
 /// lock), not the building of outputs.
-pub fn front(workload: &Workload<u64>, passes: u64, cores: usize) -> Result<Timing, String> {
+pub fn front(
+    workload: &Workload<u64>,
+    map: Map,
+    passes: u64,
+    cores: usize,
+) -> Result<Timing, String> {
+    match map {
+        Map::Ordered => front_of(
+            workload,
+            Aggregator::new(Policy::Countdown, WORLD_SIZE),
+            passes,
+            cores,
+        ),
+        Map::Hashed => front_of(
+            workload,
+            HashedAggregator::hashed(Policy::Countdown, WORLD_SIZE),
+            passes,
+            cores,
+        ),
+    }
+}
+
+fn front_of<M: EntryMap<u64> + Send + 'static>(
+    workload: &Workload<u64>,
+    core: Aggregator<u64, M>,
+    passes: u64,
+    cores: usize,
+) -> Result<Timing, String> {
     let _pinned = Pinned::to_first(cores)?;
-    let core = Aggregator::new(Policy::Countdown, WORLD_SIZE);
     let front =
         Arc::new(ConcurrentAggregator::new(core, WORLD_SIZE, 0).map_err(|e| e.to_string())?);
     let steps = (passes + 1) * RING_STEPS;
@@ -678,27 +704,29 @@ const fn core_setup(policy: Policy, ids: Ids, map: Map) -> Setup {
     }
 }
 
-const fn front_setup(cores: usize) -> Setup {
+const fn front_setup(map: Map, cores: usize) -> Setup {
     Setup {
         bench: "front",
         policy: Policy::Countdown,
         ids: Ids::U64,
-        map: Map::Ordered,
+        map,
         reporter_threads: WORLD_SIZE,
         cores,
     }
 }
 
 /// The measurements `kvcc-bench --aggregator` makes, in order.
-pub const SETUPS: [Setup; 8] = [
+pub const SETUPS: [Setup; 10] = [
     core_setup(Policy::Countdown, Ids::U64, Map::Ordered),
     core_setup(Policy::Strict, Ids::U64, Map::Ordered),
     core_setup(Policy::Countdown, Ids::U64, Map::Hashed),
     core_setup(Policy::Countdown, Ids::String, Map::Ordered),
     core_setup(Policy::Countdown, Ids::Interned, Map::Ordered),
     core_setup(Policy::Countdown, Ids::RequestName, Map::Hashed),
-    front_setup(1),
-    front_setup(2),
+    front_setup(Map::Ordered, 1),
+    front_setup(Map::Ordered, 2),
+    front_setup(Map::Hashed, 1),
+    front_setup(Map::Hashed, 2),
 ];
 
 /// Runs one setup once; `passes_divisor` divides the timed passes (1 for the figures,
@@ -708,6 +736,7 @@ pub fn measure(workloads: &Workloads, setup: Setup, passes_divisor: u64) -> Resu
     if setup.bench == "front" {
         return front(
             &workloads.numbers,
+            setup.map,
             (FRONT_PASSES / divisor).max(1),
             setup.cores,
         );
@@ -828,18 +857,22 @@ pub fn table(measured: &[Measured]) -> String {
         })
         .collect();
     let mut out = super::render_table(&header, &rows, 2);
-    let front = |cores| {
-        measured
-            .iter()
-            .find(|m| m.setup.bench == "front" && m.setup.cores == cores)
-            .map(Measured::reports_per_second_median)
-    };
-    if let (Some(one), Some(two)) = (front(1), front(2)) {
-        out += &format!(
-            "\nfront, {WORLD_SIZE} reporter threads: 2 cores / 1 core = {:.2}x\n",
-            two / one.max(1e-9)
-        );
+    for map in [Map::Ordered, Map::Hashed] {
+        let front = |cores| {
+            measured
+                .iter()
+                .find(|m| m.setup.bench == "front" && m.setup.map == map && m.setup.cores == cores)
+                .map(Measured::reports_per_second_median)
+        };
+        if let (Some(one), Some(two)) = (front(1), front(2)) {
+            out += &format!(
+                "\nfront, {WORLD_SIZE} reporter threads, {} map: 2 cores / 1 core = {:.2}x",
+                map.name(),
+                two / one.max(1e-9)
+            );
+        }
     }
+    out.push('\n');
     out
 }
 
@@ -910,7 +943,7 @@ mod tests {
     #[test]
     fn the_front_aggregates_every_step_and_emits_every_id() {
         let workload = Workload::new();
-        let timing = front(&workload, 1, 1).unwrap();
+        let timing = front(&workload, Map::Ordered, 1, 1).unwrap();
         assert_eq!(timing.reports, 2 * workload.reports_per_pass());
     }
 }

@@ -25,9 +25,10 @@
 
 use super::format::{Engine, EventKind};
 use super::intern::{IdNum, Interner, WordHashBuild};
+use crate::Front;
 use kvcc_aggregator::{
-    Aggregator, ConcurrentAggregator, Direction, FrontError, Policy, Rank, Step, StepOutcome,
-    ViolationKind, WorkerOutput,
+    Direction, FrontError, HashedAggregator, Policy, Rank, Step, StepOutcome, ViolationKind,
+    WorkerOutput,
 };
 use kvcc_model::properties::{
     ABORTED_LOADER_NEVER_FREED, COUNTDOWN_LEFT_OPEN, COUNTDOWN_REOPENED,
@@ -269,8 +270,6 @@ pub struct Monitor {
     /// Every distinct request record created.
     pub requests_seen: u64,
 }
-
-type Front = ConcurrentAggregator<IdNum>;
 
 impl Monitor {
     pub fn new(setup: Setup) -> Monitor {
@@ -633,7 +632,7 @@ impl Monitor {
         grouped.sort_unstable();
         let mut keys: Vec<(usize, IdNum)> = grouped.iter().map(|&(d, id, _)| (d, id)).collect();
         keys.dedup();
-        let (expected, remaining) = front.with_core(|core: &Aggregator<IdNum>| {
+        let (expected, remaining) = front.with_core(|core: &HashedAggregator<IdNum>| {
             let remaining: Vec<Option<u32>> = keys
                 .iter()
                 .map(|&(d, id)| core.remaining(DIRECTIONS[d], &id))

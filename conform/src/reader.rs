@@ -11,7 +11,8 @@
 
 use super::format::{json_error, line_error, EventKind, EventLine, IdText, Lines, RankLine};
 use super::intern::{IdNum, Interner};
-use kvcc_aggregator::{ConcurrentAggregator, FrontError, Rank, Step, WorkerOutput};
+use crate::Front;
+use kvcc_aggregator::{FrontError, Rank, Step, WorkerOutput};
 use kvcc_model::InputError;
 use std::collections::BTreeSet;
 use std::io::BufRead;
@@ -53,7 +54,7 @@ pub const BATCH: usize = 64;
 pub fn read_rank<R: BufRead>(
     rank: Rank,
     mut lines: Lines<R>,
-    front: Option<&ConcurrentAggregator<IdNum>>,
+    front: Option<&Front>,
     interner: &Interner,
     to_consumer: SyncSender<Message>,
 ) {
@@ -89,7 +90,7 @@ pub fn read_rank<R: BufRead>(
 fn send_batch(
     rank: Rank,
     batch: Vec<RankStep>,
-    front: Option<&ConcurrentAggregator<IdNum>>,
+    front: Option<&Front>,
     file: &str,
     to_consumer: &SyncSender<Message>,
 ) -> bool {
