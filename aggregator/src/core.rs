@@ -21,14 +21,11 @@
 //! [`HashedAggregator`] is the same logic with its entries in a hash map, for callers that
 //! only count (see the `entries` module).
 
-pub use crate::entries::Entry;
+pub use crate::entries::{Entry, Rank};
 use crate::entries::{EntryMap, FixedHasher, RankSet};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::hash::Hash;
-
-/// A worker's global rank in its engine (`0..world_size`).
-pub type Rank = u16;
 
 /// Which completion set a report belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -8,11 +8,13 @@
 //! every level, and opening or closing a countdown shifts a node, where a hash map probes
 //! once ([`crate::HashedAggregator`]).
 
-use crate::core::Rank;
 use foldhash::fast::FixedState;
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+
+/// A worker's global rank in its engine (`0..world_size`).
+pub type Rank = u16;
 
 /// A set of ranks as a bitset: one word covers the world sizes kvcc models (≤ 64)
 /// without allocating, larger ranks spill to the heap. Canonical, so derived `Eq`, `Ord`,
