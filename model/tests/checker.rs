@@ -1111,7 +1111,13 @@ fn engine_steps_leave_partial_order_reduction_little_to_prune() {
         states_with_commuting += usize::from(any);
     }
     assert_eq!(
-        (states.len(), with_step, local, commuting, states_with_commuting),
+        (
+            states.len(),
+            with_step,
+            local,
+            commuting,
+            states_with_commuting
+        ),
         (95_593, 95_397, 222_644, 25_772, 23_474),
         "(states, with an engine step enabled, local actions, of them commuting with every \
          enabled engine step, states with one such action)"
