@@ -76,8 +76,8 @@ pub trait EntryMap<Id>: Default {
     /// Removes `id`'s entry, returning the map's own copy of the id.
     fn remove(&mut self, id: &Id) -> Option<Id>;
     fn is_empty(&self) -> bool;
-    /// Every entry, in the map's own order (by id for the ordered map; a fixed order of
-    /// the hash for the hash map, whose hasher is unseeded).
+    /// Every entry, in the map's own order: by id for the ordered map; for the hash map,
+    /// an order its fixed-seed hasher makes the same in every run of the same reports.
     fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
     where
         Id: 'a;
@@ -116,7 +116,7 @@ impl<Id: Ord> EntryMap<Id> for BTreeMap<Id, Entry> {
     }
 }
 
-/// The hash map's hasher: unseeded, so runs repeat.
+/// The hash map's hasher: foldhash with its fixed default seed, so runs repeat.
 pub type FixedHasher = FixedState;
 
 impl<Id: Eq + Hash> EntryMap<Id> for HashMap<Id, Entry, FixedHasher> {
