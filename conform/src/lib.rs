@@ -37,9 +37,6 @@ use kvcc_aggregator::{
 };
 use kvcc_model::InputError;
 use monitor::{Finding, Monitor, Setup};
-
-/// The one aggregator, as conform runs it: numbered ids, entries in a hash map.
-pub(crate) type Front = ConcurrentAggregator<IdNum, HashedEntries<IdNum>>;
 use reader::{Event, EventMessage, EventRecord, Message, RankStep, Record};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
@@ -47,6 +44,9 @@ use std::io::BufReader;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::time::Instant;
+
+/// The one aggregator, as conform runs it: numbered ids, entries in a hash map.
+pub(crate) type Front = ConcurrentAggregator<IdNum, HashedEntries<IdNum>>;
 
 /// How runs are checked.
 #[derive(Clone, Debug)]
