@@ -22,7 +22,7 @@
 //! only count (see the `entries` module).
 
 pub use crate::entries::{Entry, Rank};
-use crate::entries::{EntryMap, FixedHasher, RankSet};
+use crate::entries::{EntryMap, FixedHasher, OrderedEntryMap, RankSet, SortedEntries};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::hash::Hash;
@@ -208,8 +208,12 @@ pub fn countdown_room(remaining: Option<u32>, emitted: bool, expected: u32) -> u
 
 /// The aggregator with its entries in a hash map: for ids that arrive in no useful order
 /// (vLLM's request ids), where it counts faster; it cannot be ordered, hashed or packed,
-/// so the model keeps the ordered one.
+/// so the model keeps an ordered one ([`SortedAggregator`]).
 pub type HashedAggregator<Id> = Aggregator<Id, HashedEntries<Id>>;
+
+/// The aggregator with its entries in a short sorted vector: the model's, whose
+/// scenarios hold a few ids ([`SortedEntries`]).
+pub type SortedAggregator<Id> = Aggregator<Id, SortedEntries<Id>>;
 
 /// The hash map a [`HashedAggregator`] keeps its entries in.
 pub type HashedEntries<Id> = HashMap<Id, Entry, FixedHasher>;
@@ -219,7 +223,16 @@ impl<Id: Ord + Clone> Aggregator<Id> {
     pub fn new(policy: Policy, expected: u32) -> Self {
         Aggregator::build(policy, expected)
     }
+}
 
+impl<Id: Ord + Clone> SortedAggregator<Id> {
+    /// [`Aggregator::new`], keeping entries in a short sorted vector.
+    pub fn sorted(policy: Policy, expected: u32) -> Self {
+        Aggregator::build(policy, expected)
+    }
+}
+
+impl<Id: Ord + Clone, Map: OrderedEntryMap<Id>> Aggregator<Id, Map> {
     /// Two ids ordered by what this aggregator holds for them, as the derived order
     /// compares this aggregator with the one where `a` and `b` swap what they hold:
     /// sends, then receives, then pending failures, and in each an id holding something
@@ -245,9 +258,8 @@ impl<Id: Ord + Clone> Aggregator<Id> {
     /// nothing here depends on what an id is, only on which reports share one (the
     /// model's request symmetry renames requests).
     pub fn renamed(&self, rename: impl Fn(&Id) -> Id) -> Self {
-        let entries = |map: &BTreeMap<Id, Entry>| -> BTreeMap<Id, Entry> {
-            map.iter().map(|(id, e)| (rename(id), e.clone())).collect()
-        };
+        let entries =
+            |map: &Map| -> Map { map.iter().map(|(id, e)| (rename(id), e.clone())).collect() };
         Aggregator {
             policy: self.policy,
             expected: self.expected,

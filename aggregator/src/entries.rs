@@ -1,12 +1,14 @@
 //! What the core holds for one (direction, id), and the map it keeps those entries in.
 //!
-//! The core's logic is one; where it keeps its entries is a choice. The ordered map is
-//! the default and what the model needs: it hashes, orders and packs aggregators into its
-//! states and replays paths through them, so it needs one representation per content and
-//! a fixed iteration order. A hash map serves ids that arrive in no useful order, such as
-//! vLLM's random request ids: an ordered search over random keys mispredicts a branch at
-//! every level, and opening or closing a countdown shifts a node, where a hash map probes
-//! once ([`crate::HashedAggregator`]).
+//! The core's logic is one; where it keeps its entries is a choice. The model hashes,
+//! orders and packs aggregators into its states and replays paths through them, so it
+//! needs one representation per content and a fixed iteration order: an ordered map
+//! ([`OrderedEntryMap`]). The ordered map is the default; a short sorted vector
+//! ([`SortedEntries`]) is the same ordered map for the few ids a model scenario holds,
+//! with nothing to allocate. A hash map serves ids that arrive in no useful order, such
+//! as vLLM's random request ids: an ordered search over random keys mispredicts a branch
+//! at every level, and opening or closing a countdown shifts a node, where a hash map
+//! probes once ([`crate::HashedAggregator`]).
 
 use foldhash::fast::FixedState;
 use smallvec::SmallVec;
@@ -115,6 +117,88 @@ impl<Id: Ord> EntryMap<Id> for BTreeMap<Id, Entry> {
         BTreeMap::iter(self)
     }
 }
+
+/// An [`EntryMap`] whose `iter` runs in id order, and that can be built from entries in
+/// any order: one whose contents have one order, hash and encoding.
+pub trait OrderedEntryMap<Id>: EntryMap<Id> + FromIterator<(Id, Entry)> {}
+
+impl<Id: Ord> OrderedEntryMap<Id> for BTreeMap<Id, Entry> {}
+
+/// Entries in a short vector sorted by id, kept inline up to four: the model's
+/// aggregators hold an entry for each of a scenario's few requests, and every state it
+/// explores holds two aggregators, built, cloned and dropped at every step. Ordered,
+/// compared and packed as the ordered map is (both compare their entries in id order),
+/// so a state's representative and bytes do not depend on which of the two it holds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SortedEntries<Id>(SmallVec<[(Id, Entry); 4]>);
+
+impl<Id> Default for SortedEntries<Id> {
+    fn default() -> Self {
+        SortedEntries(SmallVec::new())
+    }
+}
+
+impl<Id: Ord> SortedEntries<Id> {
+    fn find(&self, id: &Id) -> Result<usize, usize> {
+        self.0.binary_search_by(|(key, _)| key.cmp(id))
+    }
+}
+
+impl<Id: Ord> EntryMap<Id> for SortedEntries<Id> {
+    fn get(&self, id: &Id) -> Option<&Entry> {
+        self.find(id).ok().map(|at| &self.0[at].1)
+    }
+
+    fn get_mut(&mut self, id: &Id) -> Option<&mut Entry> {
+        self.find(id).ok().map(|at| &mut self.0[at].1)
+    }
+
+    fn get_or_insert(&mut self, id: Id, new: Entry) -> &mut Entry {
+        let at = match self.find(&id) {
+            Ok(at) => at,
+            Err(at) => {
+                self.0.insert(at, (id, new));
+                at
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    fn insert(&mut self, id: Id, entry: Entry) {
+        match self.find(&id) {
+            Ok(at) => self.0[at].1 = entry,
+            Err(at) => self.0.insert(at, (id, entry)),
+        }
+    }
+
+    fn remove(&mut self, id: &Id) -> Option<Id> {
+        self.find(id).ok().map(|at| self.0.remove(at).0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
+    where
+        Id: 'a,
+    {
+        self.0.iter().map(|(id, entry)| (id, entry))
+    }
+}
+
+/// Later entries of an id replace earlier ones, as collecting into the ordered map does.
+impl<Id: Ord> FromIterator<(Id, Entry)> for SortedEntries<Id> {
+    fn from_iter<I: IntoIterator<Item = (Id, Entry)>>(entries: I) -> Self {
+        let mut map = SortedEntries::default();
+        for (id, entry) in entries {
+            map.insert(id, entry);
+        }
+        map
+    }
+}
+
+impl<Id: Ord> OrderedEntryMap<Id> for SortedEntries<Id> {}
 
 /// The hash map's hasher: foldhash with its fixed default seed, so runs repeat.
 pub type FixedHasher = FixedState;

@@ -6,8 +6,9 @@
 //! of that logic, used three ways:
 //!
 //! - [`core::Aggregator`] — deterministic, sans-IO, `Clone + Hash + Eq`: the stateright
-//!   model calls it from `next_state` and packs it into its states ([`core::Aggregator::pack`]),
-//!   proptest compares it with a set-based reference;
+//!   model calls it from `next_state` and packs it into its states ([`core::Aggregator::pack`];
+//!   its entries in a short sorted vector, [`SortedAggregator`]), proptest compares it
+//!   with a set-based reference;
 //! - [`front::ConcurrentAggregator`] — the same core behind its own lock, with rank threads
 //!   reporting concurrently and a consumer draining emitted ids; loom and shuttle check
 //!   it, and `kvcc conform` runs recorded deployments through it.
@@ -21,8 +22,9 @@ pub mod sync;
 
 pub use crate::core::{
     connector_expected, countdown_room, step_expected, Aggregator, Direction, HashedAggregator,
-    HashedEntries, Policy, Rank, StepOutcome, Violation, ViolationKind, WorkerOutput,
+    HashedEntries, Policy, Rank, SortedAggregator, StepOutcome, Violation, ViolationKind,
+    WorkerOutput,
 };
-pub use crate::entries::EntryMap;
+pub use crate::entries::{EntryMap, OrderedEntryMap, SortedEntries};
 pub use crate::front::{ConcurrentAggregator, FrontError, Step};
 pub use crate::name::RequestName;

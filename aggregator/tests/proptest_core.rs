@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kvcc_aggregator::{
-    Aggregator, Direction, EntryMap, HashedAggregator, Policy, Rank, StepOutcome, Violation,
-    ViolationKind, WorkerOutput,
+    Aggregator, Direction, EntryMap, HashedAggregator, Policy, Rank, SortedAggregator, StepOutcome,
+    Violation, ViolationKind, WorkerOutput,
 };
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
@@ -272,9 +272,15 @@ impl Core {
     }
 }
 
-/// The core under test with its entries in the ordered map (the model's)...
+/// The core under test with its entries in the ordered map...
 fn ordered(policy: Policy, expected: u32) -> Aggregator<Id> {
     Aggregator::new(policy, expected)
+}
+
+/// ...in the short sorted vector (the model's; cases with more ids than it holds inline
+/// spill it to the heap)...
+fn sorted(policy: Policy, expected: u32) -> SortedAggregator<Id> {
+    SortedAggregator::sorted(policy, expected)
 }
 
 /// ...or in the hash map.
@@ -424,6 +430,11 @@ proptest! {
     }
 
     #[test]
+    fn sorted_core_agrees_with_the_reference(case in case()) {
+        agrees_with_reference(&case, Core::Faithful, sorted)?;
+    }
+
+    #[test]
     fn hashed_core_agrees_with_the_reference(case in case()) {
         agrees_with_reference(&case, Core::Faithful, hashed)?;
     }
@@ -475,12 +486,14 @@ fn assert_mutant_caught<M: EntryMap<Id>>(
 #[test]
 fn the_suite_catches_failed_loads_emitted_before_their_quorum() {
     assert_mutant_caught(Core::FailedLoadsEmittedAtOnce, ordered, "failed_recving");
+    assert_mutant_caught(Core::FailedLoadsEmittedAtOnce, sorted, "failed_recving");
     assert_mutant_caught(Core::FailedLoadsEmittedAtOnce, hashed, "failed_recving");
 }
 
 #[test]
 fn the_suite_catches_dropped_steps_being_counted() {
     assert_mutant_caught(Core::DroppedStepsCounted, ordered, "dropped");
+    assert_mutant_caught(Core::DroppedStepsCounted, sorted, "dropped");
     assert_mutant_caught(Core::DroppedStepsCounted, hashed, "dropped");
 }
 

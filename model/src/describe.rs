@@ -14,7 +14,7 @@ use crate::state::{
 };
 use crate::state::{DecodePhase, Incidents};
 use crate::topology::Topology;
-use kvcc_aggregator::{Aggregator, Direction};
+use kvcc_aggregator::{Direction, SortedAggregator};
 use std::collections::BTreeMap;
 
 /// Where an aggregator's expected finished count comes from, in vLLM's words (kvcc's
@@ -733,7 +733,7 @@ fn decode_cell_facts(state: &State, d: u16, i: u8) -> Record {
 
 /// E, each direction's open countdowns (request: reports to go) and the failed loads
 /// held back until their request completes.
-fn aggregator_facts(aggregator: &Aggregator<u8>) -> Record {
+fn aggregator_facts(aggregator: &SortedAggregator<u8>) -> Record {
     let open = |direction| {
         Value::Map(
             aggregator

@@ -68,7 +68,7 @@ pub fn prefill_step(
     offload::complete(state, stores_done);
 
     let output_rank = state.topology().prefill_output_rank;
-    let mut outputs = Vec::new();
+    let mut outputs = Vec::with_capacity(usize::from(state.topology().prefill_world));
     for worker in 0..state.topology().prefill_world {
         let mut output = WorkerOutput::empty(worker);
         for r in 0..state.request_count() as RequestId {
@@ -149,7 +149,7 @@ pub fn decode_step(
             }
         }
     }
-    let mut outputs = Vec::new();
+    let mut outputs = Vec::with_capacity(usize::from(state.topology().decode_world));
     for worker in 0..state.topology().decode_world {
         let mut output = WorkerOutput::empty(worker);
         // A synchronous load reports no completion: its outcome is its step's.

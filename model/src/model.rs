@@ -3,7 +3,8 @@
 //! #52779, #53903, #53781, #59325, #56104, #56640).
 //!
 //! `actions` pushes every guarded action in a fixed order; `next_state` clones the state
-//! and applies one action through the domain modules ([`crate::rank`],
+//! (the checker's `step_into` copies it into one reused successor instead) and applies
+//! one action through the domain modules ([`crate::rank`],
 //! [`crate::decoder`], [`crate::lease`], [`crate::scheduler`], [`crate::engine`]). An
 //! action that would change nothing is not a transition (stuttering is invisible to every
 //! property), which keeps the state graph acyclic.
@@ -19,7 +20,7 @@ use crate::state::{
 };
 use crate::topology::Topology;
 use crate::{decoder, engine, lease, scheduler};
-use kvcc_aggregator::{Aggregator, Policy, WorkerOutput};
+use kvcc_aggregator::{Policy, SortedAggregator, WorkerOutput};
 use std::sync::Arc;
 
 /// What the workers of an engine step handed the aggregator, in rank order. A step that
@@ -70,7 +71,7 @@ impl ContractModel {
             crate::config::AggregatorPolicy::Countdown => Policy::Countdown,
             crate::config::AggregatorPolicy::Strict => Policy::Strict,
         };
-        let mut prefill_aggregator = Aggregator::new(policy, t.prefill_expected);
+        let mut prefill_aggregator = SortedAggregator::sorted(policy, t.prefill_expected);
         let cell = PrefillCell {
             notifications: 0,
             in_flight: 0,
@@ -117,7 +118,7 @@ impl ContractModel {
             decode: smallvec::smallvec![DecodeCell::Idle; usize::from(t.decode_world) * n],
             child_loads: smallvec::smallvec![LoadPhase::NotUsed; usize::from(t.decode_world) * n],
             prefill_aggregator: Arc::new(prefill_aggregator),
-            decode_aggregator: Arc::new(Aggregator::new(policy, t.decode_expected)),
+            decode_aggregator: Arc::new(SortedAggregator::sorted(policy, t.decode_expected)),
             incidents: Incidents::default(),
             once: 0,
             shape: Shape(self.topology),
@@ -369,11 +370,24 @@ impl ContractModel {
     /// [`ContractModel::apply`], plus what a recorder in vLLM would have seen: the worker
     /// outputs of an engine step (`kvcc simulate` writes them as recorded runs).
     pub fn apply_observed(&self, state: &State, action: Action) -> Option<(State, Observation)> {
-        let c = &self.config;
         let mut next = state.clone();
         let mut observation = Observation::default();
+        self.step_in_place(state, action, &mut next, &mut observation)
+            .then_some((next, observation))
+    }
+
+    /// Steps `next`, a copy of `state`, by `action`, noting the engine step's worker
+    /// outputs in `observation`; false when the action changes nothing (no transition).
+    fn step_in_place(
+        &self,
+        state: &State,
+        action: Action,
+        next: &mut State,
+        observation: &mut Observation,
+    ) -> bool {
+        let c = &self.config;
         match action {
-            Action::PrefillFinishes { request: r } => scheduler::finish_prefill(c, &mut next, r),
+            Action::PrefillFinishes { request: r } => scheduler::finish_prefill(c, next, r),
             Action::PrefillWorkerLoads { rank, request } => {
                 next.prefill_cell_mut(rank, request).load = LoadPhase::Done
             }
@@ -383,7 +397,7 @@ impl ContractModel {
                 // threw the outputs away, so the aggregator (and a recorder at its door)
                 // sees no step. Kept: the retry carries them, as if the step had waited.
                 if c.scheduler.failed_step == FailedStep::RetryDropsReports {
-                    engine::prefill_step(c, &mut next, true, false, StoresDone::default());
+                    engine::prefill_step(c, next, true, false, StoresDone::default());
                 }
             }
             Action::PrefillEngineSteps {
@@ -397,7 +411,7 @@ impl ContractModel {
                 }
                 observation.prefill_outputs = Some(engine::prefill_step(
                     c,
-                    &mut next,
+                    next,
                     output_lost,
                     announces_count,
                     stores_done,
@@ -430,16 +444,16 @@ impl ContractModel {
             Action::DecodeAdmits {
                 request,
                 prefix_hit,
-            } => scheduler::admit_decode(c, &mut next, request, prefix_hit),
+            } => scheduler::admit_decode(c, next, request, prefix_hit),
             Action::DecoderCrashes { request: r } => {
                 next.requests[usize::from(r)].decode = DecodePhase::Crashed
             }
-            Action::DecodeRejects { request: r } => decoder::reject(c, &mut next, r),
+            Action::DecodeRejects { request: r } => decoder::reject(c, next, r),
             Action::HandshakeCompletes {
                 decoder,
                 request,
                 ok,
-            } => decoder::complete_handshake(c, &mut next, decoder, request, ok),
+            } => decoder::complete_handshake(c, next, decoder, request, ok),
             Action::ReadCompletes {
                 handle,
                 request,
@@ -447,7 +461,7 @@ impl ContractModel {
                 notification_duplicated,
             } => decoder::complete_read(
                 c,
-                &mut next,
+                next,
                 usize::from(handle),
                 request,
                 match (notification_lost, notification_duplicated) {
@@ -457,10 +471,10 @@ impl ContractModel {
                 },
             ),
             Action::NotificationArrives { rank, request } => {
-                crate::rank::notification_arrives(&mut next, rank, request)
+                crate::rank::notification_arrives(next, rank, request)
             }
             Action::ReadFails { handle, request } => {
-                decoder::fail_read(c, &mut next, usize::from(handle), request)
+                decoder::fail_read(c, next, usize::from(handle), request)
             }
             Action::DecodeChildLoads { decoder, request } => {
                 *next.child_load_mut(decoder, request) = LoadPhase::Done
@@ -472,7 +486,7 @@ impl ContractModel {
             Action::DecodeEngineSteps { raised: true, .. } => {
                 next.once |= State::ONCE_DECODE_STEP_RAISED;
                 if c.scheduler.failed_step == FailedStep::RetryDropsReports {
-                    engine::decode_step(c, &mut next, true);
+                    engine::decode_step(c, next, true);
                 }
             }
             Action::DecodeEngineSteps {
@@ -482,29 +496,29 @@ impl ContractModel {
                 if output_lost {
                     next.once |= State::ONCE_DECODE_OUTPUT_LOST;
                 }
-                observation.decode_outputs = Some(engine::decode_step(c, &mut next, output_lost))
+                observation.decode_outputs = Some(engine::decode_step(c, next, output_lost))
             }
-            Action::ClientAborts { request: r } => scheduler::abort(c, &mut next, r),
-            Action::DecodeFinishes { request: r } => scheduler::finish_decode(&mut next, r),
-            Action::DecodePreempted { request: r } => scheduler::preempt_decode(c, &mut next, r),
-            Action::LookupAnswers { request: r } => scheduler::answer_lookup(&mut next, r),
+            Action::ClientAborts { request: r } => scheduler::abort(c, next, r),
+            Action::DecodeFinishes { request: r } => scheduler::finish_decode(next, r),
+            Action::DecodePreempted { request: r } => scheduler::preempt_decode(c, next, r),
+            Action::LookupAnswers { request: r } => scheduler::answer_lookup(next, r),
             Action::PrefillPreemptedInFinalStep { request: r } => {
-                scheduler::preempt_in_final_step(c, &mut next, r)
+                scheduler::preempt_in_final_step(c, next, r)
             }
         }
         if c.decode.kv_blocks.is_some() {
-            scheduler::renumber_arrivals(&mut next);
+            scheduler::renumber_arrivals(next);
         }
         if self.topology.ordered_leases {
-            crate::rank::renumber_queue(&mut next);
+            crate::rank::renumber_queue(next);
         }
-        if next == *state {
-            return None;
+        if *next == *state {
+            return false;
         }
         if c.producer.lease {
-            self.note_rescue(state, &mut next, &action);
+            self.note_rescue(state, next, &action);
         }
-        Some((next, observation))
+        true
     }
 
     /// Whether `action` is an injected fault: everything a spec's `[faults]` table
@@ -576,8 +590,13 @@ impl crate::checker::Checkable for ContractModel {
         self.enabled_actions(state, actions, crate::checker::SUCCESSORS_MAX)
     }
 
-    fn canonical(&self, state: State) -> State {
-        state.into_representative()
+    fn canonicalize(&self, state: &mut State) {
+        state.canonicalize()
+    }
+
+    fn step_into(&self, state: &State, action: Action, next: &mut State) -> bool {
+        next.clone_from(state);
+        self.step_in_place(state, action, next, &mut Observation::default())
     }
 
     fn pack(&self, state: &State, out: &mut Vec<u8>) {

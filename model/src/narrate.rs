@@ -13,7 +13,7 @@ use crate::state::{
     RequestId, SendPhase, State, StorePhase,
 };
 use crate::topology::{HandlePlan, Topology};
-use kvcc_aggregator::{Aggregator, Direction, Rank};
+use kvcc_aggregator::{Direction, Rank, SortedAggregator};
 
 /// The parties of a step: the lanes of a trace's sequence diagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -466,8 +466,8 @@ fn notification_line(n: &Notification, t: &Topology, after: &State) -> String {
 
 /// An aggregator's changes at a step: countdowns opened or moved, ids emitted.
 fn aggregator_lines(
-    before: &Aggregator<RequestId>,
-    after: &Aggregator<RequestId>,
+    before: &SortedAggregator<RequestId>,
+    after: &SortedAggregator<RequestId>,
     emitted: &[(Direction, RequestId)],
 ) -> Vec<String> {
     let mut lines = Vec::new();

@@ -68,7 +68,7 @@
 //! head-only reaper the least is found without building a state per candidate: ranks are
 //! renamed per request column there, which commutes with renaming requests, and the
 //! least candidate sorts tied requests by everything a renaming moves, field by field
-//! (`State::into_sorted_representative` says why; its test checks it against the
+//! (`State::sort_tied_requests` says why; its test checks it against the
 //! definition on every reachable state of small points).
 //!
 //! Only the `Countdown` aggregator is symmetric: it has no reporter identity. `Strict`
@@ -77,7 +77,8 @@
 //! Under `Strict` the reduction is off: sound, at the price of more states.
 
 use crate::config::MAX_REQUESTS;
-use crate::state::{RequestId, State};
+use crate::pack::Code;
+use crate::state::{PrefillCell, Request, RequestId, State};
 use kvcc_aggregator::{Policy, Rank};
 use smallvec::SmallVec;
 
@@ -100,17 +101,19 @@ impl State {
 
     /// The canonical member of this state's symmetry class.
     pub fn representative(&self) -> State {
-        self.clone().into_representative()
+        let mut representative = self.clone();
+        representative.canonicalize();
+        representative
     }
 
-    /// [`State::representative`], reusing this state when it is already canonical (the
-    /// common case, which then costs no allocation).
-    pub fn into_representative(self) -> State {
+    /// Makes this state [`State::representative`] in place: in the common case it is
+    /// canonical already, or needs only columns sorted, and nothing is copied.
+    pub fn canonicalize(&mut self) {
         if !self.symmetric() {
-            return self;
+            return;
         }
         if self.request_count() < 2 {
-            return self.into_rank_representative();
+            return self.put_ranks_in_order();
         }
         // Requests with pairwise different scheduler facts (after their arrival ranks)
         // are ordered by those alone (the first parts of the key): the common case, with
@@ -119,36 +122,41 @@ impl State {
         let head = |r: usize| (self.arrival_rank(r as RequestId), self.requests[r]);
         if (0..n).all(|a| (a + 1..n).all(|b| head(a) != head(b))) {
             if (1..n).all(|i| head(i - 1) < head(i)) {
-                return self.into_rank_representative();
+                return self.put_ranks_in_order();
             }
             let mut order: Order = (0..n as RequestId).collect();
             order.sort_by_key(|&r| head(usize::from(r)));
-            return self.renamed(&order).into_rank_representative();
+            *self = self.renamed(&order);
+            return self.put_ranks_in_order();
         }
         if self.topology().ordered_leases {
-            self.into_least_candidate()
+            self.become_least_candidate()
         } else {
-            self.into_sorted_representative(State::cmp_moved)
+            self.sort_tied_requests(State::cmp_moved)
         }
     }
 
-    /// The least, in the derived order of [`State`], of the rank representatives of the
-    /// candidate request orders ([`State::request_orders`]): the representative's
+    /// Becomes the least, in the derived order of [`State`], of the rank representatives
+    /// of the candidate request orders ([`State::request_orders`]): the representative's
     /// definition, for any state. Under a head-only reaper the transfer groups are
     /// permuted as whole rows, so each order is renamed and put in rank order in turn.
-    fn into_least_candidate(self) -> State {
+    fn become_least_candidate(&mut self) {
         let orders = self.request_orders();
         if orders.len() == 1 && is_identity(&orders[0]) {
-            return self.into_rank_representative();
+            return self.put_ranks_in_order();
         }
-        orders
+        *self = orders
             .iter()
-            .map(|order| self.renamed(order).into_rank_representative())
+            .map(|order| {
+                let mut candidate = self.renamed(order);
+                candidate.put_ranks_in_order();
+                candidate
+            })
             .min()
-            .expect("at least one request order")
+            .expect("at least one request order");
     }
 
-    /// [`State::into_least_candidate`] without a state per order, where ranks are
+    /// [`State::become_least_candidate`] without a state per order, where ranks are
     /// renamed per request column (no head-only reaper): renaming ranks then commutes
     /// with renaming requests, so ranks are put in order once, and requests are sorted
     /// by their keys with ties broken by `tie_break` ([`State::cmp_moved`]). The derived
@@ -157,23 +165,20 @@ impl State {
     /// sorts each group by its requests' fields, field by field: the same state. The
     /// module's tests check it on every reachable state of small points, and that a
     /// careless tie-break differs.
-    fn into_sorted_representative(
-        self,
+    fn sort_tied_requests(
+        &mut self,
         tie_break: impl Fn(&State, usize, usize) -> std::cmp::Ordering,
-    ) -> State {
-        let ranked = self.into_rank_representative();
-        let n = ranked.request_count();
-        let keys: SmallVec<[_; MAX_REQUESTS]> =
-            (0..n as RequestId).map(|r| ranked.request_key(r)).collect();
+    ) {
+        self.put_ranks_in_order();
+        let n = self.request_count();
+        let keys = RequestKeys::of(self);
         let mut order: Order = (0..n as RequestId).collect();
         order.sort_by(|&a, &b| {
             let (a, b) = (usize::from(a), usize::from(b));
-            keys[a].cmp(&keys[b]).then_with(|| tie_break(&ranked, a, b))
+            keys.cmp(a, b).then_with(|| tie_break(self, a, b))
         });
-        if is_identity(&order) {
-            ranked
-        } else {
-            ranked.renamed(&order)
+        if !is_identity(&order) {
+            *self = self.renamed(&order);
         }
     }
 
@@ -206,24 +211,22 @@ impl State {
             .then_with(|| self.decode_aggregator.cmp_held(&ida, &idb))
     }
 
-    /// The request orders to try: requests sorted by [`State::request_key`], every order
+    /// The request orders to try: requests sorted by their [`RequestKeys`], every order
     /// of requests whose keys tie. `order[i]` is the request that becomes request `i`.
     /// On the stack: under a head-only reaper it runs for every successor with tied
     /// requests.
     fn request_orders(&self) -> SmallVec<[Order; 6]> {
-        let keys: SmallVec<[_; MAX_REQUESTS]> = (0..self.request_count() as RequestId)
-            .map(|r| self.request_key(r))
-            .collect();
+        let keys = RequestKeys::of(self);
         let mut sorted: Order = (0..self.request_count() as RequestId).collect();
-        sorted.sort_by(|&a, &b| keys[usize::from(a)].cmp(&keys[usize::from(b)]));
+        sorted.sort_by(|&a, &b| keys.cmp(usize::from(a), usize::from(b)));
         let mut orders: SmallVec<[Order; 6]> = smallvec::smallvec![Order::new()];
         let mut start = 0;
         while start < sorted.len() {
-            let tie = &keys[usize::from(sorted[start])];
+            let tie = usize::from(sorted[start]);
             let end = start
                 + sorted[start..]
                     .iter()
-                    .take_while(|&&r| keys[usize::from(r)] == *tie)
+                    .take_while(|&&r| keys.cmp(usize::from(r), tie).is_eq())
                     .count();
             let group = &sorted[start..end];
             // Requests equal in everything a renaming moves: every order of them is the
@@ -262,44 +265,6 @@ impl State {
             return 0;
         }
         1 + (0..usize::from(r)).filter(|&q| undelivered(q)).count() as u8
-    }
-
-    /// What the allowed renamings of requests and renaming ranks leave of request `r`:
-    /// its arrival rank, its scheduler facts and the multiset of each of its columns.
-    #[allow(clippy::type_complexity)]
-    fn request_key(
-        &self,
-        r: RequestId,
-    ) -> (
-        u8,
-        crate::state::Request,
-        SmallVec<[crate::state::PrefillCell; 16]>,
-        SmallVec<[crate::state::HandlePhase; 16]>,
-        SmallVec<[crate::state::DecodeCell; 16]>,
-        SmallVec<[crate::state::LoadPhase; 16]>,
-    ) {
-        let n = self.request_count();
-        let r = usize::from(r);
-        fn column<T: Copy + Ord, const N: usize>(
-            cells: &[T],
-            n: usize,
-            r: usize,
-        ) -> SmallVec<[T; N]>
-        where
-            [T; N]: smallvec::Array<Item = T>,
-        {
-            let mut column: SmallVec<[T; N]> = cells.iter().skip(r).step_by(n).copied().collect();
-            column.sort_unstable();
-            column
-        }
-        (
-            self.arrival_rank(r as RequestId),
-            self.requests[r],
-            column(&self.prefill, n, r),
-            column(&self.handles, n, r),
-            column(&self.decode, n, r),
-            column(&self.child_loads, n, r),
-        )
     }
 
     /// This state with request `order[i]` renamed `i`: whether that is a symmetry of
@@ -346,43 +311,33 @@ impl State {
         next
     }
 
-    /// The canonical member of this state's class under renaming ranks alone: transfer
-    /// groups sorted per request column where requests never meet on a rank, as whole
-    /// rows where they do (a head-only reaper walks one rank's requests in order), and
-    /// replicas per request column.
-    fn into_rank_representative(self) -> State {
+    /// Makes this state the canonical member of its class under renaming ranks alone:
+    /// transfer groups sorted per request column where requests never meet on a rank, as
+    /// whole rows where they do (a head-only reaper walks one rank's requests in order),
+    /// and replicas per request column.
+    fn put_ranks_in_order(&mut self) {
         if !self.topology().ordered_leases {
-            let mut next = self;
-            next.sort_group_columns(|_| true);
-            next.sort_replica_columns();
-            return next;
+            self.sort_group_columns(|_| true);
+            self.sort_replica_columns();
+            return;
         }
         let free: SmallVec<[bool; 3]> = (0..self.request_count() as RequestId)
             .map(|r| self.past_the_reaper(r))
             .collect();
-        let mut next = match self.group_order(&free) {
-            None => self,
-            Some((prefill_from, decode_from, handle_from)) => {
-                let n = self.request_count();
-                let mut next = self;
-                next.prefill = gather(
-                    prefill_from.iter().map(|&k| usize::from(k)),
-                    &next.prefill,
-                    n,
-                );
-                next.decode = gather(decode_from.iter().map(|&k| usize::from(k)), &next.decode, n);
-                next.child_loads = gather(
-                    decode_from.iter().map(|&k| usize::from(k)),
-                    &next.child_loads,
-                    n,
-                );
-                next.handles = gather(handle_from.iter().copied(), &next.handles, n);
-                next
-            }
-        };
-        next.sort_group_columns(|r| free[r]);
-        next.sort_replica_columns();
-        next
+        if let Some((prefill_from, decode_from, handle_from)) = self.group_order(&free) {
+            let n = self.request_count();
+            let decode_rows = || decode_from.iter().map(|&k| usize::from(k));
+            self.prefill = gather(
+                prefill_from.iter().map(|&k| usize::from(k)),
+                &self.prefill,
+                n,
+            );
+            self.decode = gather(decode_rows(), &self.decode, n);
+            self.child_loads = gather(decode_rows(), &self.child_loads, n);
+            self.handles = gather(handle_from.iter().copied(), &self.handles, n);
+        }
+        self.sort_group_columns(|r| free[r]);
+        self.sort_replica_columns();
     }
 
     /// Has request `r` left the reaper's reach for good: its send metadata arrived and no
@@ -580,6 +535,64 @@ impl State {
     }
 }
 
+/// What the allowed renamings of requests and renaming ranks leave of each request of a
+/// state (module docs): its arrival rank, its scheduler facts, and the multiset of each of
+/// its columns. The columns are kept as one string of cell codes per request, each column
+/// sorted, in field order: every request has as many cells in each column, so comparing
+/// two strings compares the columns one after another, as comparing the sorted columns
+/// themselves would (the codes keep their types' order: [`crate::pack`],
+/// [`PrefillCell::order_key`]). One buffer for
+/// all requests, sorted in place: the keys are built for every successor whose requests
+/// tie.
+struct RequestKeys {
+    heads: SmallVec<[(u8, Request); MAX_REQUESTS]>,
+    codes: SmallVec<[u64; 48]>,
+    width: usize,
+}
+
+impl RequestKeys {
+    fn of(state: &State) -> RequestKeys {
+        let n = state.request_count();
+        let mut codes = SmallVec::new();
+        for r in 0..n {
+            sorted_column(&mut codes, &state.prefill, n, r, PrefillCell::order_key);
+            sorted_column(&mut codes, &state.handles, n, r, |c| c.code().into());
+            sorted_column(&mut codes, &state.decode, n, r, |c| c.code().into());
+            sorted_column(&mut codes, &state.child_loads, n, r, |c| c.code().into());
+        }
+        RequestKeys {
+            heads: (0..n as RequestId)
+                .map(|r| (state.arrival_rank(r), state.requests[usize::from(r)]))
+                .collect(),
+            width: codes.len() / n.max(1),
+            codes,
+        }
+    }
+
+    fn columns(&self, r: usize) -> &[u64] {
+        &self.codes[r * self.width..(r + 1) * self.width]
+    }
+
+    fn cmp(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        self.heads[a]
+            .cmp(&self.heads[b])
+            .then_with(|| self.columns(a).cmp(self.columns(b)))
+    }
+}
+
+/// Appends the codes of request `r`'s column of `cells` (`n` requests), sorted.
+fn sorted_column<T: Copy>(
+    codes: &mut SmallVec<[u64; 48]>,
+    cells: &[T],
+    n: usize,
+    r: usize,
+    code: impl Fn(T) -> u64,
+) {
+    let start = codes.len();
+    codes.extend(cells.chunks_exact(n).map(|row| code(row[r])));
+    codes[start..].sort_unstable();
+}
+
 /// Every order of `items` (at most 3 of them, so at most 6 orders).
 /// Does `order` rename no request?
 fn is_identity(order: &[RequestId]) -> bool {
@@ -681,18 +694,20 @@ mod tests {
                 if !state.symmetric() || n < 2 {
                     continue;
                 }
-                let least = state.clone().into_least_candidate();
-                assert!(state.clone().into_representative() == least, "{state:?}");
+                let mut least = state.clone();
+                least.become_least_candidate();
+                assert!(state.representative() == least, "{state:?}");
+                let sorted = |tie_break: &dyn Fn(&State, usize, usize) -> std::cmp::Ordering| {
+                    let mut sorted = state.clone();
+                    sorted.sort_tied_requests(tie_break);
+                    sorted
+                };
                 if (0..n).any(|a| (a + 1..n).any(|b| state.requests[a] == state.requests[b])) {
                     tied += 1;
-                    let sorted = state.clone().into_sorted_representative(State::cmp_moved);
-                    assert!(sorted == least, "{state:?}");
+                    assert!(sorted(&State::cmp_moved) == least, "{state:?}");
                 }
-                aggregators_caught |= state
-                    .clone()
-                    .into_sorted_representative(without_aggregators)
-                    != least;
-                reversed_caught |= state.clone().into_sorted_representative(reversed) != least;
+                aggregators_caught |= sorted(&without_aggregators) != least;
+                reversed_caught |= sorted(&reversed) != least;
             }
         }
         assert!(tied > 1000, "{tied} states with tied requests");
@@ -701,5 +716,63 @@ mod tests {
             "a tie-break without the aggregators was not caught"
         );
         assert!(reversed_caught, "a reversed tie-break was not caught");
+    }
+
+    /// The request key's definition, field by field: arrival rank, scheduler facts, and
+    /// each column's cells sorted.
+    #[allow(clippy::type_complexity)]
+    fn defined_key(
+        state: &State,
+        r: usize,
+    ) -> (
+        u8,
+        Request,
+        Vec<PrefillCell>,
+        Vec<crate::state::HandlePhase>,
+        Vec<crate::state::DecodeCell>,
+        Vec<crate::state::LoadPhase>,
+    ) {
+        let n = state.request_count();
+        fn column<T: Copy + Ord>(cells: &[T], n: usize, r: usize) -> Vec<T> {
+            let mut column: Vec<T> = cells.iter().skip(r).step_by(n).copied().collect();
+            column.sort_unstable();
+            column
+        }
+        (
+            state.arrival_rank(r as RequestId),
+            state.requests[r],
+            column(&state.prefill, n, r),
+            column(&state.handles, n, r),
+            column(&state.decode, n, r),
+            column(&state.child_loads, n, r),
+        )
+    }
+
+    /// The keys' strings of codes order requests as their definition does, on every
+    /// reachable state of the points above and of a head-only reaper's (where the keys
+    /// are taken before ranks are put in order). The twin, keys of scheduler facts
+    /// alone, orders some pair otherwise, so the check sees the columns.
+    #[test]
+    fn request_keys_order_requests_as_their_definition() {
+        let mut head_only = base();
+        head_only.prefill.tp = 2;
+        head_only.requests = 2;
+        head_only.producer.lease_reaper = crate::config::LeaseReaper::HeadOnly;
+        let (mut pairs, mut twin_caught) = (0, false);
+        for config in points().into_iter().chain([head_only]) {
+            let model = ContractModel::new(config);
+            for state in model.reachable_states(usize::MAX) {
+                let keys = RequestKeys::of(&state);
+                let n = state.request_count();
+                for (a, b) in (0..n).flat_map(|a| (0..n).map(move |b| (a, b))) {
+                    let defined = defined_key(&state, a).cmp(&defined_key(&state, b));
+                    assert_eq!(keys.cmp(a, b), defined, "requests {a}, {b} of {state:?}");
+                    pairs += 1;
+                    twin_caught |= keys.heads[a].cmp(&keys.heads[b]) != defined;
+                }
+            }
+        }
+        assert!(pairs > 10_000, "{pairs} pairs");
+        assert!(twin_caught, "keys without columns were not caught");
     }
 }

@@ -293,7 +293,7 @@ fn real_encodings(count: usize) -> Vec<Vec<u8>> {
             let mut states: HashSet<State> = queue.iter().cloned().collect();
             let mut actions = Vec::new();
             while let Some(state) = queue.pop_front() {
-                for packed in [state.clone(), model.canonical(state.clone())] {
+                for packed in [state.clone(), state.representative()] {
                     let mut bytes = Vec::new();
                     model.pack(&packed, &mut bytes);
                     if seen.insert(bytes.clone()) {

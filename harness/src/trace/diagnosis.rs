@@ -175,7 +175,7 @@ impl Countdown {
         }
     }
 
-    fn aggregator(self, state: &State) -> &kvcc_aggregator::Aggregator<RequestId> {
+    fn aggregator(self, state: &State) -> &kvcc_aggregator::SortedAggregator<RequestId> {
         match self {
             Countdown::Sends | Countdown::Loads => &state.prefill_aggregator,
             Countdown::Receives => &state.decode_aggregator,

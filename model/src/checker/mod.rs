@@ -48,28 +48,26 @@ pub(crate) struct Naming {
 }
 
 impl Naming {
-    /// Appends the packed name of `state` to `out` and returns its fingerprint. The
-    /// search packs straight into its arenas and takes the bytes back when the state is
-    /// not new.
-    fn pack<M>(self, model: &M, state: M::State, out: &mut Vec<u8>) -> u64
+    /// Appends the packed name of `state` to `out` and returns its fingerprint; `state`
+    /// is left its class's representative. The search packs straight into its arenas
+    /// and takes the bytes back when the state is not new.
+    fn pack<M>(self, model: &M, state: &mut M::State, out: &mut Vec<u8>) -> u64
     where
         M: Checkable,
         M::State: Clone + Eq + std::hash::Hash + Send + Sync,
         M::Action: Clone + std::fmt::Debug + Send,
     {
-        let state = if self.symmetry {
-            model.canonical(state)
-        } else {
-            state
-        };
+        if self.symmetry {
+            model.canonicalize(state);
+        }
         let begin = out.len();
-        model.pack(&state, out);
+        model.pack(state, out);
         // 0 marks an empty slot of the visited set.
         (self.hash)(&out[begin..]).max(1)
     }
 
     /// The fingerprint of `state`; `buffer` is scratch space.
-    fn fingerprint<M>(self, model: &M, state: M::State, buffer: &mut Vec<u8>) -> u64
+    fn fingerprint<M>(self, model: &M, state: &mut M::State, buffer: &mut Vec<u8>) -> u64
     where
         M: Checkable,
         M::State: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -115,8 +113,14 @@ where
         }
         Ok(())
     }
-    /// The representative of `state`'s symmetry class.
-    fn canonical(&self, state: Self::State) -> Self::State;
+    /// Makes `state` the representative of its symmetry class.
+    fn canonicalize(&self, state: &mut Self::State);
+    /// Writes the successor of `state` by `action` over `next` (whatever `next` held is
+    /// scratch) and says whether there is one, as [`stateright::Model::next_state`]
+    /// would. A model that steps in place saves the search a state's copy per transition.
+    fn step_into(&self, state: &Self::State, action: Self::Action, next: &mut Self::State) -> bool {
+        self.next_state(state, action).map(|s| *next = s).is_some()
+    }
     /// Appends a compact encoding of `state` to `out`; equal states, equal bytes.
     fn pack(&self, state: &Self::State, out: &mut Vec<u8>);
     /// The state `pack` encoded.

@@ -37,7 +37,7 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let unknown = vec![None; clauses.len()];
-    let Some(initial) = model.init_states().into_iter().next() else {
+    let Some(mut initial) = model.init_states().into_iter().next() else {
         return unknown;
     };
     let mut index: HashMap<u64, usize> = HashMap::new();
@@ -46,7 +46,7 @@ where
     // good[c][s]: a run may end at state s with clause c kept.
     let mut good: Vec<Vec<bool>> = vec![Vec::new(); clauses.len()];
     let mut bytes = Vec::new();
-    let fp = naming.pack(model, initial, &mut bytes);
+    let fp = naming.pack(model, &mut initial, &mut bytes);
     index.insert(fp, 0);
     packed.push(bytes);
     reverse.push(Vec::new());
@@ -67,12 +67,12 @@ where
                 return unknown;
             }
             for action in &actions {
-                let Some(successor) = model.next_state(&state, action.clone()) else {
+                let Some(mut successor) = model.next_state(&state, action.clone()) else {
                     continue;
                 };
                 forced |= !model.is_optional(action);
                 let mut bytes = Vec::new();
-                let fp = naming.pack(model, successor, &mut bytes);
+                let fp = naming.pack(model, &mut successor, &mut bytes);
                 let to = *index.entry(fp).or_insert_with(|| {
                     packed.push(bytes);
                     reverse.push(Vec::new());

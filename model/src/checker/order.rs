@@ -103,11 +103,11 @@ where
     let mut by_fp: HashMap<u64, usize> = HashMap::new();
     // (cost, node): equal costs pop in the order their nodes were created.
     let mut heap: BinaryHeap<Reverse<(Cost, usize)>> = BinaryHeap::new();
-    let Some(initial) = model.init_states().into_iter().next() else {
+    let Some(mut initial) = model.init_states().into_iter().next() else {
         return (vec![None; clauses.len()], None);
     };
     let mut packed = Vec::new();
-    let fp = naming.pack(model, initial, &mut packed);
+    let fp = naming.pack(model, &mut initial, &mut packed);
     by_fp.insert(fp, 0);
     nodes.push(Node {
         cost: Cost::default(),
@@ -139,13 +139,13 @@ where
             }
             let mut forced = false;
             for action in &actions {
-                let Some(next) = model.next_state(&state, action.clone()) else {
+                let Some(mut next) = model.next_state(&state, action.clone()) else {
                     continue;
                 };
                 forced |= !model.is_optional(action);
                 let next_cost = cost.then(model, action);
                 let mut bytes = Vec::new();
-                let fp = naming.pack(model, next, &mut bytes);
+                let fp = naming.pack(model, &mut next, &mut bytes);
                 let index = *by_fp.entry(fp).or_insert_with(|| {
                     nodes.push(Node {
                         cost: next_cost,

@@ -88,7 +88,7 @@ where
     M::Action: Clone + std::fmt::Debug + Send,
 {
     let mut buffer = Vec::new();
-    let mut canonical_fp = |s: &M::State| naming.fingerprint(model, s.clone(), &mut buffer);
+    let mut canonical_fp = |s: &M::State| naming.fingerprint(model, &mut s.clone(), &mut buffer);
     let initial = model
         .init_states()
         .into_iter()

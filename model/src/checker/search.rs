@@ -338,10 +338,10 @@ where
         arenas: vec![Vec::new()],
         ..Level::default()
     };
-    for init in model.init_states() {
+    for mut init in model.init_states() {
         let arena = &mut level.arenas[0];
         let begin = arena.len();
-        let fp = naming.pack(model, init, arena);
+        let fp = naming.pack(model, &mut init, arena);
         if visited.visit(fp, visited::ROOT) {
             level.fps.push(fp);
             level.locs.push(Loc {
@@ -752,6 +752,8 @@ fn expand_state<M>(
     // (measured ~10% faster than visiting each successor as it is generated; an explicit
     // prefetch on top of the batching gained nothing).
     let mut candidates = std::mem::take(&mut scratch.candidates);
+    // Every successor is stepped into, and canonicalised in, this one state.
+    let mut next = state.clone();
     for (position, action) in actions.drain(..).enumerate() {
         // The level is dropped when the budget runs out, so this state may stop halfway.
         if position % BUDGET_EVERY == BUDGET_EVERY - 1 && budget.exhausted(&mut scratch.memory_read)
@@ -759,16 +761,16 @@ fn expand_state<M>(
             break;
         }
         let optional = model.is_optional(&action);
-        let Some(next) = model.next_state(&state, action.clone()) else {
+        if !model.step_into(&state, action.clone(), &mut next) {
             continue;
-        };
+        }
         worker.transitions += 1;
         forced |= !optional;
         if worker.no_progress.is_none() && model.progress(&next) <= progress {
             worker.no_progress = Some((index, model.format_action(&action)));
         }
         let begin = arena.len();
-        let fp = naming.pack(model, next, arena);
+        let fp = naming.pack(model, &mut next, arena);
         // An exact search compares every match in full, so it skips the cache of
         // fingerprints alone.
         if budget.exact.is_none() && worker.recent.seen(fp) {
