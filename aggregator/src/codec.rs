@@ -105,7 +105,7 @@ where
         });
         put(out, u64::from(self.expected));
         for entries in [&self.sending, &self.recving] {
-            put(out, entries.iter().count() as u64);
+            put(out, entries.len() as u64);
             for (&id, entry) in entries.iter() {
                 put(out, id.into());
                 put_entry(out, entry);

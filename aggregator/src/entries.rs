@@ -78,6 +78,7 @@ pub trait EntryMap<Id>: Default {
     /// Removes `id`'s entry, returning the map's own copy of the id.
     fn remove(&mut self, id: &Id) -> Option<Id>;
     fn is_empty(&self) -> bool;
+    fn len(&self) -> usize;
     /// Every entry, in the map's own order: by id for the ordered map; for the hash map,
     /// an order its fixed-seed hasher makes the same in every run of the same reports.
     fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
@@ -108,6 +109,10 @@ impl<Id: Ord> EntryMap<Id> for BTreeMap<Id, Entry> {
 
     fn is_empty(&self) -> bool {
         BTreeMap::is_empty(self)
+    }
+
+    fn len(&self) -> usize {
+        BTreeMap::len(self)
     }
 
     fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
@@ -179,6 +184,10 @@ impl<Id: Ord> EntryMap<Id> for SortedEntries<Id> {
         self.0.is_empty()
     }
 
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
     fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
     where
         Id: 'a,
@@ -226,6 +235,10 @@ impl<Id: Eq + Hash> EntryMap<Id> for HashMap<Id, Entry, FixedHasher> {
 
     fn is_empty(&self) -> bool {
         HashMap::is_empty(self)
+    }
+
+    fn len(&self) -> usize {
+        HashMap::len(self)
     }
 
     fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
