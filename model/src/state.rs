@@ -489,34 +489,24 @@ pub struct State {
 
 /// Every transition copies its state. The cells are `Copy`, so each vector is copied as
 /// one block: a derived clone copies a `SmallVec` element by element (a tenth of a
-/// search's instructions went there).
+/// search's instructions went there). (A field added to `State` must be named here: the
+/// literal below, and the pattern in `clone_from`, do not compile without it.)
 impl Clone for State {
     fn clone(&self) -> State {
-        let State {
-            requests,
-            prefill,
-            handles,
-            decode,
-            child_loads,
-            prefill_aggregator,
-            decode_aggregator,
-            incidents,
-            once,
-            shape,
-        } = self;
         State {
-            requests: SmallVec::from_slice(requests),
-            prefill: SmallVec::from_slice(prefill),
-            handles: SmallVec::from_slice(handles),
-            decode: SmallVec::from_slice(decode),
-            child_loads: SmallVec::from_slice(child_loads),
-            prefill_aggregator: Arc::clone(prefill_aggregator),
-            decode_aggregator: Arc::clone(decode_aggregator),
-            incidents: *incidents,
-            once: *once,
-            shape: *shape,
+            requests: SmallVec::from_slice(&self.requests),
+            prefill: SmallVec::from_slice(&self.prefill),
+            handles: SmallVec::from_slice(&self.handles),
+            decode: SmallVec::from_slice(&self.decode),
+            child_loads: SmallVec::from_slice(&self.child_loads),
+            prefill_aggregator: Arc::clone(&self.prefill_aggregator),
+            decode_aggregator: Arc::clone(&self.decode_aggregator),
+            incidents: self.incidents,
+            once: self.once,
+            shape: self.shape,
         }
     }
+
     /// Copies `source` into this state's own storage: the search steps every successor
     /// of a state in one scratch state.
     fn clone_from(&mut self, source: &State) {
