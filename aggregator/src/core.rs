@@ -258,14 +258,24 @@ impl<Id: Ord + Clone, Map: OrderedEntryMap<Id>> Aggregator<Id, Map> {
     /// nothing here depends on what an id is, only on which reports share one (the
     /// model's request symmetry renames requests).
     pub fn renamed(&self, rename: impl Fn(&Id) -> Id) -> Self {
-        let entries =
-            |map: &Map| -> Map { map.iter().map(|(id, e)| (rename(id), e.clone())).collect() };
+        self.restricted(|id| Some(rename(id)))
+    }
+
+    /// The same aggregator with only the ids `keep` names, each renamed to the name it
+    /// gives (one-to-one): what one request sees of it (the model's independence of
+    /// requests projects a state onto each).
+    pub fn restricted(&self, keep: impl Fn(&Id) -> Option<Id>) -> Self {
+        let entries = |map: &Map| -> Map {
+            map.iter()
+                .filter_map(|(id, e)| Some((keep(id)?, e.clone())))
+                .collect()
+        };
         Aggregator {
             policy: self.policy,
             expected: self.expected,
             sending: entries(&self.sending),
             recving: entries(&self.recving),
-            pending_failed: self.pending_failed.iter().map(&rename).collect(),
+            pending_failed: self.pending_failed.iter().filter_map(&keep).collect(),
         }
     }
 }

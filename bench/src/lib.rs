@@ -88,10 +88,20 @@ pub fn load_average() -> Option<f64> {
         .map(|load| f64::from(load.one))
 }
 
+/// How a benchmark's checks run: worker threads, and whether every request is explored
+/// even where one stands for all (`kvcc check --no-independence`: the raw search speed
+/// is measured so).
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    pub threads: usize,
+    pub no_independence: bool,
+}
+
 /// Runs one check in this process (the child's side) and returns its record.
-pub fn run_here(spec: &Spec, case: &Case, threads: usize) -> Result<RunRecord, InputError> {
+pub fn run_here(spec: &Spec, case: &Case, run: Run) -> Result<RunRecord, InputError> {
     let settings = Settings {
-        threads,
+        threads: run.threads,
+        no_independence: run.no_independence,
         ..Settings::default()
     };
     let outcome = run::check(spec, case, &settings)?;
@@ -99,14 +109,10 @@ pub fn run_here(spec: &Spec, case: &Case, threads: usize) -> Result<RunRecord, I
 }
 
 /// Runs one check in a child process of `exe` (this binary) and returns its record.
-pub fn run_child(
-    exe: &Path,
-    file: &str,
-    point: &Point,
-    threads: usize,
-) -> Result<RunRecord, String> {
+pub fn run_child(exe: &Path, file: &str, point: &Point, run: Run) -> Result<RunRecord, String> {
     let output = Command::new(exe)
-        .args(["--one", file, "--threads", &threads.to_string()])
+        .args(["--one", file, "--threads", &run.threads.to_string()])
+        .args(run.no_independence.then_some("--no-independence"))
         .args(point.args())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())

@@ -65,6 +65,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(1..=check::THREADS_MAX))]
     pub threads: u32,
+    /// Explore every request even where one stands for all (as `kvcc check
+    /// --no-independence`): how the search's raw speed is measured.
+    #[arg(long)]
+    pub no_independence: bool,
     /// Output format: `human` (a table) or `json` (one object per check per line; see
     /// harness/FORMATS.md).
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -123,9 +127,16 @@ fn exec(args: Args) -> Exit {
         }
     };
     let threads = args.threads as usize;
+    let each = bench::Run {
+        threads,
+        no_independence: args.no_independence,
+    };
     let runs = args.runs as usize;
     if args.format == Format::Human {
-        let what = format!("{threads} threads per check");
+        let what = match args.no_independence {
+            false => format!("{threads} threads per check"),
+            true => format!("{threads} threads per check, every request explored"),
+        };
         println!("{}\n", bench::banner(&what, runs, bench::load_average()));
         let _ = std::io::stdout().flush();
     }
@@ -152,7 +163,7 @@ fn exec(args: Args) -> Exit {
                         m.title()
                     );
                 }
-                match bench::run_child(&exe, &spec.file, &case.point, threads) {
+                match bench::run_child(&exe, &spec.file, &case.point, each) {
                     Ok(record) => m.runs.push(record),
                     Err(e) => {
                         eprintln!("\rerror: {}: run {run}: {e}\x1b[K", m.title());
@@ -227,7 +238,14 @@ fn one(file: &str, args: &Args) -> Exit {
         ))]);
         return Exit::Input;
     };
-    match bench::run_here(spec, case, args.threads as usize) {
+    match bench::run_here(
+        spec,
+        case,
+        bench::Run {
+            threads: args.threads as usize,
+            no_independence: args.no_independence,
+        },
+    ) {
         Ok(record) => {
             println!("{}", serde_json::to_string(&record).unwrap_or_default());
             Exit::Ok

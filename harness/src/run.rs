@@ -6,10 +6,10 @@
 use crate::spec::point::Point;
 use crate::spec::{Case, Expectation, Spec};
 use crate::trace::{self, shell_quote, Trace};
-use kvcc_model::checker::{self, Limits, Options, Verdict};
+use kvcc_model::checker::{self, Cutoff, Limits, Options, Verdict};
 use kvcc_model::properties::CLAUSES;
-use kvcc_model::ContractModel;
 use kvcc_model::InputError;
+use kvcc_model::{independence, ContractModel};
 use std::path::PathBuf;
 
 /// How every case of a run is checked.
@@ -36,6 +36,9 @@ pub struct Settings {
     /// Explore without the symmetry of interchangeable ranks and requests
     /// (`--no-symmetry`, to compare).
     pub no_symmetry: bool,
+    /// Check every request, even where one stands for all (`--no-independence`, to
+    /// compare; `kvcc_model::independence`).
+    pub no_independence: bool,
     /// Explore past safety violations in every check (`--past-violations`), not only in
     /// specs that ask for it.
     pub past_violations: bool,
@@ -126,6 +129,11 @@ pub struct Outcome {
     pub collision_probability: Option<f64>,
     /// Trace files written, `.txt` first for each violation.
     pub traces: Vec<PathBuf>,
+    /// The requests one request stood for: the check held for one request among others
+    /// that may keep the engines stepping, and no behaviour couples requests
+    /// (`kvcc_model::independence`); the counts are that search's. None when every
+    /// request was explored.
+    pub one_request_for: Option<u8>,
 }
 
 impl Outcome {
@@ -138,7 +146,8 @@ impl Outcome {
         }
     }
 
-    /// `holds`, `violated (property: clause, ...)` or `inconclusive (reason)`.
+    /// `holds` (`holds (one request stands for N)` when one did), `violated (property:
+    /// clause, ...)` or `inconclusive (reason)`.
     pub fn verdict_text(&self) -> String {
         let clauses = || {
             self.violations
@@ -148,7 +157,10 @@ impl Outcome {
                 .join(", ")
         };
         match &self.observed {
-            Observed::Holds => "holds".into(),
+            Observed::Holds => match self.one_request_for {
+                Some(n) => format!("holds (one request stands for {n})"),
+                None => "holds".into(),
+            },
             Observed::Violated { incomplete: None } => format!("violated ({})", clauses()),
             Observed::Violated {
                 incomplete: Some(reason),
@@ -260,29 +272,45 @@ pub fn options(spec: &Spec, settings: &Settings) -> Options {
     }
 }
 
-/// Checks one case, writing its counterexamples when asked to.
+/// Checks one case, writing its counterexamples when asked to. Where one request stands
+/// for all (`kvcc_model::independence`), that model is checked first: when it holds, so
+/// does the case; otherwise every request is explored, and the verdict, counts and
+/// counterexamples are that search's (its time includes the first).
 pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, InputError> {
     let options = options(spec, settings);
     let model = ContractModel::new(case.config.clone()).past_violations(options.past_violations);
-    // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
-    // exit 2 naming the check, after every worker has stopped.
-    let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        checker::check(&model, &options)
-    }))
-    .map_err(|payload| {
-        let why = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic");
-        InputError::file(
-            &spec.file,
-            format!(
-                "internal error while checking {}: {why} (a kvcc bug: please report it with this spec)",
-                if case.point.is_empty() { "the spec".to_string() } else { case.point.to_string() }
-            ),
-        )
-    })?;
+    let one = independence::one_of_many(&case.config).filter(|_| !settings.no_independence);
+    let mut spent = std::time::Duration::ZERO;
+    if let Some(one) = &one {
+        // Only a holds is taken from it, so it stops at the first depth that breaks a
+        // clause (a holds is still a whole search), never past one.
+        let first = Options {
+            first_violation: true,
+            past_violations: false,
+            ..options.clone()
+        };
+        let report = search(spec, case, one, &first)?;
+        spent = report.elapsed;
+        if matches!(report.verdict, Verdict::Holds) && report.cut().is_none() {
+            let mut outcome = outcome(spec, case, &report, Observed::Holds, Vec::new());
+            outcome.one_request_for = Some(case.config.requests);
+            return Ok(outcome);
+        }
+    }
+    // The time limit is the check's: the full search has what the first one left.
+    let mut options = options;
+    if let Some(timeout) = &mut options.limits.timeout {
+        *timeout = timeout.saturating_sub(spent);
+    }
+    let mut report = search(spec, case, &model, &options)?;
+    report.elapsed += spent;
+    let cut = match &mut report.verdict {
+        Verdict::Inconclusive(cut) => Some(cut),
+        _ => report.cutoff.as_mut(),
+    };
+    if let Some(Cutoff::Time(after)) = cut {
+        *after += spent;
+    }
     let violations: Vec<Violation> = report
         .counterexamples
         .iter()
@@ -303,6 +331,61 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         (_, Some(cut)) => Observed::Inconclusive(cut.to_string()),
         (_, None) => Observed::Holds,
     };
+    let mut outcome = outcome(spec, case, &report, observed, violations);
+    // A reviewer needs the traces of what differs from the spec; expected violations
+    // are written only when asked for (`--all-traces`).
+    if let (Some(dir), true) = (&settings.trace_dir, !outcome.matches || settings.all_traces) {
+        for counterexample in &report.counterexamples {
+            let command = reproduce_command(spec, &case.point, settings);
+            let trace = Trace::new(&model, spec, &case.point, counterexample, command);
+            let written = trace::write_all(&trace, dir).map_err(|e| {
+                InputError::file(
+                    &dir.display().to_string(),
+                    format!("cannot write trace: {e}"),
+                )
+            })?;
+            outcome.traces.extend(written);
+        }
+    }
+    Ok(outcome)
+}
+
+/// One search of `model`, the case's or the one request standing for its requests.
+fn search(
+    spec: &Spec,
+    case: &Case,
+    model: &ContractModel,
+    options: &Options,
+) -> Result<checker::Report<ContractModel>, InputError> {
+    // A panic inside the checker is kvcc's bug, not a verdict: it ends the command with
+    // exit 2 naming the check, after every worker has stopped.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        checker::check(model, options)
+    }))
+    .map_err(|payload| {
+        let why = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        InputError::file(
+            &spec.file,
+            format!(
+                "internal error while checking {}: {why} (a kvcc bug: please report it with this spec)",
+                if case.point.is_empty() { "the spec".to_string() } else { case.point.to_string() }
+            ),
+        )
+    })
+}
+
+/// The outcome of `report`, judged against the case's expectation.
+fn outcome(
+    spec: &Spec,
+    case: &Case,
+    report: &checker::Report<ContractModel>,
+    observed: Observed,
+    violations: Vec<Violation>,
+) -> Outcome {
     let mut outcome = Outcome {
         spec: spec.name.clone(),
         file: spec.file.clone(),
@@ -320,24 +403,10 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         states_per_second: report.states_per_second(),
         collision_probability: report.collision_probability(),
         traces: Vec::new(),
+        one_request_for: None,
     };
     outcome.judge();
-    // A reviewer needs the traces of what differs from the spec; expected violations
-    // are written only when asked for (`--all-traces`).
-    if let (Some(dir), true) = (&settings.trace_dir, !outcome.matches || settings.all_traces) {
-        for counterexample in &report.counterexamples {
-            let command = reproduce_command(spec, &case.point, settings);
-            let trace = Trace::new(&model, spec, &case.point, counterexample, command);
-            let written = trace::write_all(&trace, dir).map_err(|e| {
-                InputError::file(
-                    &dir.display().to_string(),
-                    format!("cannot write trace: {e}"),
-                )
-            })?;
-            outcome.traces.extend(written);
-        }
-    }
-    Ok(outcome)
+    outcome
 }
 
 /// The exact command that re-runs this case and rewrites its traces.

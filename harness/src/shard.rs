@@ -10,6 +10,8 @@
 //! requests interleave almost independently (they share only the aggregators and the
 //! engine steps), so the state space grows about as a power of one request's. File order
 //! would not do: one matrix holds checks from a few states to hundreds of thousands.
+//! Where one request stands for all (`kvcc_model::independence`) the probe is of that
+//! model, and when it holds the check is that search: its count is the cost.
 //!
 //! A probe obeys the check's own limits (states, depth, time, memory): a run asked to
 //! take two seconds a check must not spend a minute estimating first. A check is never
@@ -21,8 +23,8 @@
 
 use crate::run::{self, Settings};
 use crate::spec::{Case, Spec};
-use kvcc_model::checker::{self, Cutoff, Limits, Options};
-use kvcc_model::ContractModel;
+use kvcc_model::checker::{self, Cutoff, Limits, Options, Verdict};
+use kvcc_model::{independence, ContractModel};
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
@@ -61,29 +63,50 @@ const PROBE_STATES_MAX: u64 = 200_000;
 
 /// Estimated cost of each case (see the module docs), in plan order, under the limits
 /// `settings` and each spec set. Probes are shared between cases whose one-request
-/// configs and limits are equal (a `requests` matrix entry).
+/// models and limits are equal (a `requests` matrix entry).
 pub fn estimate(cases: &[(&Spec, &Case)], settings: &Settings) -> Vec<u64> {
-    let mut probed: HashMap<(kvcc_model::Config, Limits), u64> = HashMap::new();
+    let mut probed: HashMap<(kvcc_model::Config, bool, Limits), Probe> = HashMap::new();
+    let mut probe_of = |model: ContractModel, limits: &Limits| {
+        *probed
+            .entry((model.config.clone(), model.others_step, limits.clone()))
+            .or_insert_with(|| probe(&model, limits, settings))
+    };
     cases
         .iter()
         .map(|(spec, case)| {
             let limits = run::limits(spec, settings);
-            let mut one = case.config.clone();
-            one.requests = 1;
-            let states = *probed
-                .entry((one.clone(), limits.clone()))
-                .or_insert_with(|| probe(one, &limits, settings));
+            let cap = |cost: u64| limits.max_states.map_or(cost, |max| cost.min(max));
+            // Where one request stands for all, the probe is of that model (about as
+            // large as one request alone): when it holds, the check is that search.
+            let standing =
+                independence::one_of_many(&case.config).filter(|_| !settings.no_independence);
+            let stands = standing.is_some();
+            let one = standing.unwrap_or_else(|| {
+                let mut one = case.config.clone();
+                one.requests = 1;
+                ContractModel::new(one)
+            });
+            let Probe { states, held } = probe_of(one, &limits);
+            if stands && held {
+                return cap(states);
+            }
             let power = u32::from(case.config.requests.max(1));
-            let cost = states.max(1).saturating_pow(power);
-            limits.max_states.map_or(cost, |max| cost.min(max))
+            cap(states.max(1).saturating_pow(power))
         })
         .collect()
 }
 
-/// One request's unique states under the check's `limits`, capped at
-/// [`PROBE_STATES_MAX`]; a probe cut by time or memory counts as the cap. A signal that
-/// stops the run stops its probes too.
-fn probe(config: kvcc_model::Config, limits: &Limits, settings: &Settings) -> u64 {
+/// What a probe found: unique states, and whether the model held.
+#[derive(Clone, Copy)]
+struct Probe {
+    states: u64,
+    held: bool,
+}
+
+/// `model`'s unique states under the check's `limits`, capped at [`PROBE_STATES_MAX`];
+/// a probe cut by time or memory counts as the cap. A signal that stops the run stops
+/// its probes too.
+fn probe(model: &ContractModel, limits: &Limits, settings: &Settings) -> Probe {
     let options = Options {
         threads: 1,
         symmetry: true,
@@ -98,10 +121,14 @@ fn probe(config: kvcc_model::Config, limits: &Limits, settings: &Settings) -> u6
         interrupt: settings.interrupt.clone(),
         ..Options::default()
     };
-    let report = checker::check(&ContractModel::new(config), &options);
-    match report.cut() {
+    let report = checker::check(model, &options);
+    let states = match report.cut() {
         Some(Cutoff::Time(_) | Cutoff::Memory(_) | Cutoff::Interrupted) => PROBE_STATES_MAX,
         _ => report.unique_states,
+    };
+    Probe {
+        states,
+        held: matches!(report.verdict, Verdict::Holds) && report.cut().is_none(),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod config;
 pub mod decoder;
 pub mod describe;
 pub mod engine;
+pub mod independence;
 pub mod input;
 pub mod lease;
 pub mod message;

@@ -43,6 +43,10 @@ pub struct ContractModel {
     /// checker reads [`crate::checker::Options::past_violations`] instead; whoever builds
     /// both sets them alike ([`ContractModel::past_violations`]).
     pub past_violations: bool,
+    /// Requests the state leaves out may keep either engine stepping whenever it could
+    /// step at all: a step only they need is one fairness never forces. Set for the model
+    /// that stands for many independent requests ([`crate::independence`]).
+    pub others_step: bool,
 }
 
 impl ContractModel {
@@ -53,6 +57,7 @@ impl ContractModel {
             config,
             topology,
             past_violations: false,
+            others_step: false,
         }
     }
 
@@ -265,7 +270,7 @@ impl ContractModel {
                 actions.push(Action::ClientAborts { request: r });
             }
         }
-        if scheduler::prefill_steps(c, state) {
+        if self.prefill_steps(state) {
             // A P step comes in at most 4 variants (output lost or not, count announced
             // or not) for each choice of stores.
             let stores = offload::choices(c, state, successors_max / 4)
@@ -310,7 +315,7 @@ impl ContractModel {
                 && c.scheduler.failed_step != FailedStep::FailStop
                 && state.once & bit == 0
         };
-        if scheduler::prefill_steps(c, state) && raises(true, State::ONCE_PREFILL_STEP_RAISED) {
+        if self.prefill_steps(state) && raises(true, State::ONCE_PREFILL_STEP_RAISED) {
             actions.push(Action::PrefillEngineSteps {
                 output_lost: false,
                 announces_count: false,
@@ -318,7 +323,7 @@ impl ContractModel {
                 raised: true,
             });
         }
-        if scheduler::decode_steps(c, state) {
+        if self.decode_steps(state) {
             actions.push(Action::DecodeEngineSteps {
                 output_lost: false,
                 raised: false,
@@ -339,6 +344,28 @@ impl ContractModel {
             }
         }
         Ok(())
+    }
+
+    /// Does P's engine step: for a request in the state, or for others left out of it.
+    fn prefill_steps(&self, state: &State) -> bool {
+        self.others_step || scheduler::prefill_steps(&self.config, state)
+    }
+
+    /// Does D's engine step: for a request in the state, or for others left out of it.
+    fn decode_steps(&self, state: &State) -> bool {
+        self.others_step || scheduler::decode_steps(&self.config, state)
+    }
+
+    /// Whether fairness forces `action` in `state`: every action but an injected fault
+    /// or a client's choice, and but an engine step that only requests left out of the
+    /// state would take ([`ContractModel::others_step`]).
+    pub fn forces(&self, state: &State, action: &Action) -> bool {
+        !action.is_injected_only()
+            && match action {
+                Action::PrefillEngineSteps { .. } => scheduler::prefill_steps(&self.config, state),
+                Action::DecodeEngineSteps { .. } => scheduler::decode_steps(&self.config, state),
+                _ => true,
+            }
     }
 
     /// The state after `action`, or None when it would change nothing.
@@ -615,6 +642,10 @@ impl crate::checker::Checkable for ContractModel {
         // Faults and client choices. Their fair counterparts (the read completing, the
         // step happening, D admitting) are separate actions that stay forced.
         action.is_injected_only()
+    }
+
+    fn forces(&self, state: &State, action: &Action) -> bool {
+        ContractModel::forces(self, state, action)
     }
 
     fn is_fault(&self, action: &Action) -> bool {

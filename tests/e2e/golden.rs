@@ -192,6 +192,22 @@ fn state_counts_of_every_shipped_check_are_pinned() {
         for case in spec.cases(&[]).expect("a shipped spec has cases") {
             let outcome = kvcc::run::check(&spec, &case, &kvcc::run::Settings::default())
                 .expect("a shipped spec checks");
+            // Where one request stood for all, the search of every request stays pinned
+            // beside it.
+            let every = outcome.one_request_for.map(|n| {
+                let settings = kvcc::run::Settings {
+                    no_independence: true,
+                    ..kvcc::run::Settings::default()
+                };
+                let all = kvcc::run::check(&spec, &case, &settings).expect("a shipped spec checks");
+                format!(
+                    " (one request stands for {n}; every request: {} states, {} transitions, depth {}, {})",
+                    all.unique_states,
+                    all.transitions,
+                    all.max_depth,
+                    verdict(&all.observed)
+                )
+            });
             let violated: Vec<String> = outcome
                 .violations
                 .iter()
@@ -199,14 +215,15 @@ fn state_counts_of_every_shipped_check_are_pinned() {
                 .collect();
             let _ = writeln!(
                 fresh,
-                "{} [{}]: {} states, {} transitions, depth {}, {} {:?}",
+                "{} [{}]: {} states, {} transitions, depth {}, {} {:?}{}",
                 relative.display(),
                 point_name(&case.point),
                 outcome.unique_states,
                 outcome.transitions,
                 outcome.max_depth,
                 verdict(&outcome.observed),
-                violated
+                violated,
+                every.unwrap_or_default()
             );
         }
     }

@@ -246,12 +246,25 @@ fn issue16_limits_bite_inside_a_state_that_explodes() {
             stdout.contains("inconclusive (memory limit 150 MiB reached)"),
             "{stdout}"
         );
-        let (stdout, elapsed) = limited_check("too-many-successors", threads, &["--timeout", "5"]);
+        // Its three requests explode together: one request standing for them would hold.
+        let (stdout, elapsed) = limited_check(
+            "too-many-successors",
+            threads,
+            &["--timeout", "5", "--no-independence"],
+        );
         assert!(
             stdout.contains("inconclusive (a state at depth 4 has 907924 successors"),
             "{stdout}"
         );
         assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+        // One request standing for the three is cut by the time limit too, and the full
+        // search gets only what it left: the check's limit, not twice it.
+        let (stdout, elapsed) = limited_check("too-many-successors", threads, &["--timeout", "2"]);
+        assert!(
+            stdout.contains("inconclusive (time limit reached after 2."),
+            "{stdout}"
+        );
+        assert!(elapsed < Duration::from_millis(3500), "{elapsed:?}");
     }
 }
 

@@ -22,6 +22,7 @@ mod first_minutes;
 mod fuzz;
 mod golden;
 mod hostile;
+mod independence;
 mod interrupt;
 mod layout;
 mod merge;

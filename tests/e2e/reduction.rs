@@ -207,11 +207,13 @@ fn issue6_every_shipped_spec_point_keeps_its_verdict_unreduced() {
 /// in seconds instead of running the suite for an hour (as the head-only benchmark did).
 #[test]
 fn issue15_benchmark_specs_keep_their_verdicts_unreduced() {
-    const LARGE: [&str; 4] = [
+    const LARGE: [&str; 6] = [
         "pr56104-hetero-tp",
         "pr59325-fix-pcp4-tp4",
         "pr59325-fix-pcp4-tp2-3-requests",
         "pr59325-fix-pcp4-tp2-3-requests-head-only",
+        "pr59325-fix-pcp4-tp4-3-requests",
+        "pr59325-fix-pcp8-tp4-3-requests",
     ];
     // Above the largest cross-checked spec's reduced count (59,401), far below LARGE's.
     const PROBE_STATES: u64 = 200_000;

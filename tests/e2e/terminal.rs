@@ -106,6 +106,8 @@ fn a_long_check_is_not_silent_when_stderr_is_not_a_terminal() {
             "prefill.pcp=1",
             "--threads",
             "1",
+            // Every request explored: one standing for both would be done at once.
+            "--no-independence",
         ],
         &[("KVCC_PROGRESS_INTERVAL", "0.05")],
     );

@@ -83,6 +83,13 @@ pub struct Args {
     /// compare its counts and verdicts with the reduced run's: more states, same verdicts.
     #[arg(long)]
     pub no_symmetry: bool,
+    /// Explore every request even where one stands for all: with no behaviour coupling
+    /// requests (no finite D block pool, no head-only lease reaper), a check first
+    /// explores one request among others that may keep the engines stepping, and when
+    /// that holds, so do all (every clause is about one request); this flag skips it, to
+    /// compare. A check that does not hold for the one request explores all anyway.
+    #[arg(long)]
+    pub no_independence: bool,
     /// Keep exploring past a state that breaks a safety clause, so that each check reports
     /// every clause its bug breaks, also those reachable only after another one broke (as
     /// every spec's `[expect] past-violations = true` does for itself). Costs states:
@@ -297,6 +304,7 @@ fn identity(args: &Args, plan: &[(Spec, Vec<Case>)], checks: usize) -> RunIdenti
         shortest: args.shortest,
         exact: args.exact,
         symmetry: !args.no_symmetry,
+        independence: !args.no_independence,
         past_violations: args.past_violations,
         first_violation: args.first_violation,
         points: args.points.iter().map(selector_text).collect(),
@@ -343,6 +351,9 @@ fn settings(args: &Args) -> Settings {
     if args.no_symmetry {
         limit_args.push("--no-symmetry".to_string());
     }
+    if args.no_independence {
+        limit_args.push("--no-independence".to_string());
+    }
     if args.past_violations {
         limit_args.push("--past-violations".to_string());
     }
@@ -365,6 +376,7 @@ fn settings(args: &Args) -> Settings {
         all_traces: args.all_traces,
         exact: args.exact,
         no_symmetry: args.no_symmetry,
+        no_independence: args.no_independence,
         past_violations: args.past_violations,
         first_violation: args.first_violation,
         // Set once the handler is installed, in `exec`.

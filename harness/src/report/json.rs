@@ -10,12 +10,12 @@
 //!                  "clause": "delay-freed-request-never-freed", "depth": 6}],
 //!  "expected": {"verdict": "violated", "violates": ["eventually-freed"]},
 //!  "matches": true, "unreached": [], "unique_states": 13, "transitions": 19, "max_depth": 6,
-//!  "seconds": 0.002, "states_per_second": 6500.0,
+//!  "seconds": 0.002, "states_per_second": 6500.0, "one_request_for": null,
 //!  "fingerprint_bits": 64, "collision_probability": 4.2e-18, "traces": [],
 //!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null,
 //!  "settings": {"max_states": null, "max_depth": null, "timeout_seconds": null,
 //!               "max_memory": null, "shortest": false, "exact": false,
-//!               "symmetry": true, "past_violations": false, "first_violation": false,
+//!               "symmetry": true, "independence": true, "past_violations": false, "first_violation": false,
 //!               "points": []},
 //!  "run": "9a3e0c1d7b2f4e65"}
 //! ```
@@ -37,6 +37,10 @@
 //! - `collision_probability`: the chance that two of the explored states shared a
 //!   `fingerprint_bits`-bit fingerprint, which could have hidden a state (and so a
 //!   violation); both null under `--exact`, which compares states in full.
+//! - `one_request_for`: for a check that held for one request standing for all of its
+//!   requests, where no behaviour couples them (`kvcc_model::independence`), their
+//!   number; the counts are that one request's search. Null when every request was
+//!   explored (absent from lines of a kvcc before it).
 //! - `traces`: files written by `--trace-dir` (empty without it).
 //! - `point_paths`: the point's paths in matrix order (`point`'s keys are sorted).
 //! - `line`: the spec line that states the expectation.
@@ -88,6 +92,10 @@ pub struct RunSettings {
     pub exact: bool,
     /// False under `--no-symmetry`.
     pub symmetry: bool,
+    /// False under `--no-independence` (absent from lines of a kvcc before it, which
+    /// explored every request: false).
+    #[serde(default)]
+    pub independence: bool,
     /// `--past-violations` (absent from lines of a kvcc before it: false).
     #[serde(default)]
     pub past_violations: bool,
@@ -217,6 +225,12 @@ pub struct Line {
     pub seconds: f64,
     /// Unique states per wall-clock second; not reproducible.
     pub states_per_second: f64,
+    /// For a check that held for one request standing for all of its requests (nothing
+    /// couples them: `kvcc_model::independence`), how many requests that one stood for;
+    /// the counts are that search's. Null when every request was explored. Absent from
+    /// lines of a kvcc before it: null.
+    #[serde(default)]
+    pub one_request_for: Option<u8>,
     /// 64, or null when states were compared in full (`--exact`).
     pub fingerprint_bits: Option<u32>,
     /// The chance a fingerprint collision hid a state; null under `--exact`.
@@ -443,6 +457,7 @@ pub fn line(o: &Outcome, at: Position, run: &RunIdentity) -> String {
         max_depth: o.max_depth,
         seconds: o.seconds,
         states_per_second: o.states_per_second,
+        one_request_for: o.one_request_for,
         fingerprint_bits: o
             .collision_probability
             .map(|_| kvcc_model::checker::FINGERPRINT_BITS),
@@ -640,6 +655,7 @@ pub fn read(text: &str) -> Result<Read, InputError> {
         states_per_second: l.states_per_second,
         collision_probability: l.collision_probability,
         traces: l.traces.into_iter().map(PathBuf::from).collect(),
+        one_request_for: l.one_request_for,
     };
     // Recomputed, never read: `matches_stated` is only compared.
     outcome.judge();

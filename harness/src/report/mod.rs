@@ -79,6 +79,22 @@ pub fn collision_note(outcomes: &[Outcome]) -> Option<String> {
     }
 }
 
+/// Which *holds* verdicts one request gave for all of a check's requests, and why that
+/// is enough. None when no check did.
+pub fn independence_note(outcomes: &[Outcome]) -> Option<String> {
+    let reduced = outcomes
+        .iter()
+        .filter(|o| o.one_request_for.is_some())
+        .count();
+    (reduced > 0).then(|| {
+        format!(
+            "{reduced} holds {} from one request among others that may keep the engines stepping: no behaviour of {} couples requests and every clause is about one request, so one stands for all (model/src/independence.rs); --no-independence explores every request",
+            if reduced == 1 { "verdict comes" } else { "verdicts come" },
+            if reduced == 1 { "its check" } else { "their checks" },
+        )
+    })
+}
+
 /// Prints errors the way every kvcc command does, compiler-style on stderr; under GitHub
 /// Actions also an `::error` annotation at the file and line.
 pub fn print_errors(errors: &[InputError]) {
@@ -245,6 +261,9 @@ fn print_human(out: &Output, outcomes: &[Outcome]) {
         return;
     }
     if let Some(note) = collision_note(outcomes) {
+        outln!("{}", table::wrap(&note, width));
+    }
+    if let Some(note) = independence_note(outcomes) {
         outln!("{}", table::wrap(&note, width));
     }
     let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();

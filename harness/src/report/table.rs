@@ -143,7 +143,7 @@ fn share(total: u16, floor: [u16; 2], want: [u16; 2]) -> [u16; 2] {
 fn verdict(o: &Outcome) -> String {
     let properties = o.violated_properties().join(", ");
     match &o.observed {
-        Observed::Holds => "holds".into(),
+        Observed::Holds => o.verdict_text(),
         Observed::Violated { incomplete: None } => format!("violated ({properties})"),
         Observed::Violated {
             incomplete: Some(reason),

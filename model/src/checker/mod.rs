@@ -131,6 +131,12 @@ where
     /// Fairness does not force it, so a run may end in a state where only such actions
     /// are enabled, and liveness is checked there too.
     fn is_optional(&self, action: &Self::Action) -> bool;
+    /// Whether fairness forces `action` out of `state` (when it changes the state): a
+    /// run cannot end where it is enabled. Every action not optional, unless the model
+    /// knows more from the state.
+    fn forces(&self, _state: &Self::State, action: &Self::Action) -> bool {
+        !self.is_optional(action)
+    }
     /// An injected fault: counterexamples with fewer are preferred ([`order`]).
     fn is_fault(&self, action: &Self::Action) -> bool {
         self.is_optional(action)
@@ -191,7 +197,7 @@ where
     model.actions(state, &mut actions);
     actions
         .into_iter()
-        .any(|a| !model.is_optional(&a) && model.next_state(state, a).is_some())
+        .any(|a| model.forces(state, &a) && model.next_state(state, a).is_some())
 }
 
 /// The most successors one state may have: a discovery numbers its action in 16 bits

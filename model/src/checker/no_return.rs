@@ -70,7 +70,7 @@ where
                 let Some(mut successor) = model.next_state(&state, action.clone()) else {
                     continue;
                 };
-                forced |= !model.is_optional(action);
+                forced |= model.forces(&state, action);
                 let mut bytes = Vec::new();
                 let fp = naming.pack(model, &mut successor, &mut bytes);
                 let to = *index.entry(fp).or_insert_with(|| {

@@ -142,7 +142,7 @@ where
                 let Some(mut next) = model.next_state(&state, action.clone()) else {
                     continue;
                 };
-                forced |= !model.is_optional(action);
+                forced |= model.forces(&state, action);
                 let next_cost = cost.then(model, action);
                 let mut bytes = Vec::new();
                 let fp = naming.pack(model, &mut next, &mut bytes);

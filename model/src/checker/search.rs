@@ -760,12 +760,12 @@ fn expand_state<M>(
         {
             break;
         }
-        let optional = model.is_optional(&action);
+        let forces = model.forces(&state, &action);
         if !model.step_into(&state, action.clone(), &mut next) {
             continue;
         }
         worker.transitions += 1;
-        forced |= !optional;
+        forced |= forces;
         if worker.no_progress.is_none() && model.progress(&next) <= progress {
             worker.no_progress = Some((index, model.format_action(&action)));
         }
