@@ -10,9 +10,11 @@
 //!   keeps P stepping after another was aborted, and that step counts the aborted one's
 //!   late report (`scheduler::prefill_steps`). So the reduced model is one request plus
 //!   the others, left out: they may keep either engine stepping at any time, a step that
-//!   fairness never forces ([`ContractModel::others_step`]). Steps another request
-//!   *blocks* (a woken request finishing first, a synchronous load) only take behaviours
-//!   away; the reduced model keeps them all.
+//!   fairness never forces ([`ContractModel::others_step`]). A request can also *block*
+//!   a step (a woken request finishing first, a synchronous load): one the request
+//!   itself blocks, no other request takes, so the reduced model takes none either;
+//!   steps another request blocks only take behaviours away, and the reduced model
+//!   keeps them all.
 //! - **One-shot faults** (`State::once`): in N requests another request may use the
 //!   fault up; the one request always still has it. More behaviours, never fewer.
 //! - **Shared resources and orders**: D's finite block pool and its scan

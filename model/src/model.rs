@@ -346,14 +346,18 @@ impl ContractModel {
         Ok(())
     }
 
-    /// Does P's engine step: for a request in the state, or for others left out of it.
+    /// Does P's engine step: for a request in the state, or for others left out of it,
+    /// unless a request in the state blocks it (no other request unblocks it).
     fn prefill_steps(&self, state: &State) -> bool {
-        self.others_step || scheduler::prefill_steps(&self.config, state)
+        scheduler::prefill_steps(&self.config, state)
+            || (self.others_step && !scheduler::prefill_blocked(&self.config, state))
     }
 
-    /// Does D's engine step: for a request in the state, or for others left out of it.
+    /// Does D's engine step: for a request in the state, or for others left out of it,
+    /// unless a request in the state blocks it.
     fn decode_steps(&self, state: &State) -> bool {
-        self.others_step || scheduler::decode_steps(&self.config, state)
+        scheduler::decode_steps(&self.config, state)
+            || (self.others_step && !scheduler::decode_blocked(&self.config, state))
     }
 
     /// Whether fairness forces `action` in `state`: every action but an injected fault

@@ -366,14 +366,21 @@ pub fn abortable(state: &State, r: RequestId) -> bool {
 /// stepping it also stops once nothing is left to run. Nor does it step past a request
 /// woken from NIXL's own remote-prefill load ([`woken_finishes_next`]).
 pub fn prefill_steps(config: &Config, state: &State) -> bool {
-    if woken_finishes_next(config)
+    !prefill_blocked(config, state) && prefill_has_work(config, state)
+}
+
+/// Whether a request of `state` keeps P from stepping: one woken from NIXL's own load
+/// and still prefilling ([`woken_finishes_next`]).
+pub fn prefill_blocked(config: &Config, state: &State) -> bool {
+    woken_finishes_next(config)
         && state
             .requests
             .iter()
             .any(|q| q.prefill == PrefillPhase::Prefilling)
-    {
-        return false;
-    }
+}
+
+/// Whether a request of `state` gives P a reason to step, were nothing blocking it.
+fn prefill_has_work(config: &Config, state: &State) -> bool {
     state.requests.iter().any(|q| match q.prefill {
         PrefillPhase::Prefilling => true,
         PrefillPhase::LoadingKv | PrefillPhase::AbortedLoadingKv | PrefillPhase::DelayFreed => {
@@ -408,15 +415,20 @@ fn woken_finishes_next(config: &Config) -> bool {
 /// With one, a request waiting for blocks is one the scheduler must try to schedule, so
 /// D steps for it whatever its stepping.
 pub fn decode_steps(config: &Config, state: &State) -> bool {
+    !decode_blocked(config, state) && decode_has_work(config, state)
+}
+
+/// Whether a request of `state` keeps D from completing a step: a synchronous load runs
+/// in a step, and the engine cannot complete it while a worker still loads.
+pub fn decode_blocked(config: &Config, state: &State) -> bool {
+    config.consumer.load == LoadMode::Synchronous
+        && (0..state.request_count() as RequestId).any(|r| sync_load_running(state, r))
+}
+
+/// Whether a request of `state` gives D a reason to step, were nothing blocking it.
+fn decode_has_work(config: &Config, state: &State) -> bool {
     let waits = |d: DecodePhase| matches!(d, DecodePhase::Loading | DecodePhase::AbortedLoading);
     let schedules = |d: DecodePhase| d.unscheduled();
-    // A synchronous load runs in a step: the engine steps for it, but cannot complete the
-    // step while a worker still loads.
-    if config.consumer.load == LoadMode::Synchronous
-        && (0..state.request_count() as RequestId).any(|r| sync_load_running(state, r))
-    {
-        return false;
-    }
     state.requests.iter().any(|q| {
         (config.scheduler.stepping_of(false) == Stepping::KeepStepping && waits(q.decode))
             || schedules(q.decode)
