@@ -38,9 +38,13 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// A display for `costs.len()` checks: a bar when stderr is a terminal, plain lines
-    /// when not, nothing when `quiet`.
-    pub fn new(costs: Vec<u64>, quiet: bool) -> Progress {
+    /// A display for `checks` checks, with their estimated costs where the run has
+    /// them: a bar when stderr is a terminal, plain lines when not, nothing when `quiet`.
+    /// Without estimates a plain line says which check runs, not how much of the run is
+    /// done: a check's share of the run is unknown.
+    pub fn new(checks: usize, estimates: Option<Vec<u64>>, quiet: bool) -> Progress {
+        let estimated = estimates.is_some();
+        let costs = estimates.unwrap_or_else(|| vec![1; checks]);
         let counters = Arc::new(Counters::default());
         let current: Arc<Mutex<Option<Current>>> = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
@@ -65,7 +69,7 @@ impl Progress {
             let drawer = spawn_lines(
                 Duration::from_secs_f64(interval),
                 costs.len(),
-                total,
+                estimated.then_some(total),
                 &counters,
                 &current,
                 &stop,
@@ -187,7 +191,7 @@ fn spawn_bar(
 fn spawn_lines(
     interval: Duration,
     checks: usize,
-    total_cost: u64,
+    total_cost: Option<u64>,
     counters: &Arc<Counters>,
     current: &Arc<Mutex<Option<Current>>>,
     stop: &Arc<AtomicBool>,
@@ -202,9 +206,14 @@ fn spawn_lines(
             }
             last = Instant::now();
             if let Some(current) = lock(&current).as_ref() {
-                let done = 100 * position(&counters, current) / total_cost;
+                let done = total_cost.map_or(String::new(), |total| {
+                    format!(
+                        "; run ~{}% done",
+                        100 * position(&counters, current) / total
+                    )
+                });
                 eprintln!(
-                    "kvcc: check {}/{checks} {}: {}; run ~{done}% done",
+                    "kvcc: check {}/{checks} {}: {}{done}",
                     current.number,
                     current.title,
                     stats(&counters, current)

@@ -181,21 +181,21 @@ pub fn exec(args: Args) -> Exit {
     let bar = !args.quiet && std::io::stderr().is_terminal();
     let mut settings = settings(&args);
     settings.interrupt = Some(interrupt.flag());
-    let costs = if args.shard.is_some() || bar {
-        shard::estimate(&checks, &settings)
-    } else {
-        vec![1; checks.len()]
-    };
-    let selected: Vec<usize> = match args.shard {
-        None => (0..checks.len()).collect(),
-        Some(s) => {
-            let shard_of = shard::assign(&costs, s.count);
+    let estimates = (args.shard.is_some() || bar).then(|| shard::estimate(&checks, &settings));
+    let selected: Vec<usize> = match (args.shard, &estimates) {
+        (Some(s), Some(costs)) => {
+            let shard_of = shard::assign(costs, s.count);
             (0..checks.len())
                 .filter(|&i| shard_of[i] == s.index - 1)
                 .collect()
         }
+        _ => (0..checks.len()).collect(),
     };
-    let mut progress = Progress::new(selected.iter().map(|&i| costs[i]).collect(), args.quiet);
+    let mut progress = Progress::new(
+        selected.len(),
+        estimates.map(|costs| selected.iter().map(|&i| costs[i]).collect()),
+        args.quiet,
+    );
     settings.progress = Some(progress.counters());
     let mut outcomes: Vec<Outcome> = Vec::new();
     for (n, &i) in selected.iter().enumerate() {
