@@ -966,6 +966,13 @@ impl Config {
             || (fault == crate::message::Delivery::Lost && self.faults.lost_notification)
     }
 
+    /// Does P reap its leases in queue order, stopping at the first live one
+    /// (`producer.lease-reaper = "head-only"`)? Then a request's place in the queue is
+    /// part of its state, and one request's lease can hold another's.
+    pub fn reaps_in_queue_order(&self) -> bool {
+        self.producer.lease && self.producer.lease_reaper == LeaseReaper::HeadOnly
+    }
+
     /// Rejects impossible topologies and contradictory behaviours.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |field: &str, message: String| {

@@ -32,7 +32,7 @@
 //! search, with twins that leave the others' steps out or ignore a coupling
 //! (tests/e2e/independence.rs).
 
-use crate::config::{Config, LeaseReaper};
+use crate::config::Config;
 use crate::model::ContractModel;
 use crate::state::{RequestId, Shape, State};
 use smallvec::SmallVec;
@@ -45,7 +45,7 @@ pub fn coupling(config: &Config) -> Option<&'static str> {
         // Requests share D's pool, and its scan stops at the first it cannot serve.
         return Some("decode.kv-blocks: the requests share D's block pool and its scan");
     }
-    if config.producer.lease && config.producer.lease_reaper == LeaseReaper::HeadOnly {
+    if config.reaps_in_queue_order() {
         // A reaper that stops at the first live lease holds an expired one behind it.
         return Some("producer.lease-reaper = \"head-only\": the reaper stops at the first live lease in P's queue");
     }

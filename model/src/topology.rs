@@ -10,8 +10,8 @@
 //! read plan, and may owe notify-only messages to covered ranks it does not read (MLA).
 
 use crate::config::{
-    Attention, Config, Connector, ExpectedCount, FailedStep, LeaseReaper, MlaNotify, NotifyId,
-    PcpLayout, RecvingCombine, StageOutput, StoreLedger, Transfer,
+    Attention, Config, Connector, ExpectedCount, FailedStep, MlaNotify, NotifyId, PcpLayout,
+    RecvingCombine, StageOutput, StoreLedger, Transfer,
 };
 use kvcc_aggregator::Rank;
 
@@ -247,9 +247,7 @@ impl Topology {
             heartbeats_unrecognised: config.consumer.heartbeat_id == NotifyId::LocalRequestId,
             drops_stale_completions: config.scheduler.unknown_completion
                 == crate::config::UnknownCompletion::Drop,
-            ordered_leases: config.producer.lease
-                && config.producer.lease_reaper == LeaseReaper::HeadOnly
-                && config.requests > 1,
+            ordered_leases: config.reaps_in_queue_order() && config.requests > 1,
             failed_step: config.scheduler.failed_step,
             recving_combine: config.consumer.recving_combine,
             push: config.transfer == Transfer::PushWrites,

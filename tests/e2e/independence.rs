@@ -288,8 +288,7 @@ fn issue28_step_by_step_twins_are_caught() {
         .expect_err("without the others' steps")
         .contains("moves request"));
     let coupled = |c: &Config| {
-        let coupled = c.decode.kv_blocks.is_some()
-            || (c.producer.lease && c.producer.lease_reaper == LeaseReaper::HeadOnly);
+        let coupled = c.decode.kv_blocks.is_some() || c.reaps_in_queue_order();
         coupled.then(|| one_request(c, true))
     };
     simulate_all(coupled).expect_err("a coupled point is not one request's");
