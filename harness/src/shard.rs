@@ -12,7 +12,8 @@
 //! requests are interchangeable (request symmetry), a state is a multiset of them:
 //! `C(s + n - 1, n)` of `s` states at `n` requests, within 1.4x of the #59325 fix's
 //! counts where `s^n` was up to 8x over. Where P's lease queue orders them (a head-only
-//! reaper) or symmetry is off, the power `s^n` (tests/e2e/shard.rs measures both). File
+//! reaper) or symmetry is off (`--no-symmetry`, a strict aggregator, ...), the power
+//! `s^n` (tests/e2e/shard.rs measures each). File
 //! order would not do: one matrix holds checks from a few states to hundreds of
 //! thousands.
 //! Where one request stands for all (`kvcc_model::independence`) the probe is of that
@@ -95,10 +96,24 @@ pub fn estimate(cases: &[(&Spec, &Case)], settings: &Settings) -> Vec<u64> {
             if stands && held {
                 return cap(states);
             }
-            let interchangeable = !settings.no_symmetry && !case.config.reaps_in_queue_order();
-            cap(grown(states, case.config.requests, interchangeable))
+            cap(grown(
+                states,
+                case.config.requests,
+                interchangeable(&case.config, settings),
+            ))
         })
         .collect()
+}
+
+/// Whether the search treats `config`'s requests as interchangeable, each state standing
+/// for every renaming of them: not without symmetry (`--no-symmetry`, or where the model
+/// turns it off, `State::symmetric`), nor where P's lease queue orders them.
+fn interchangeable(config: &kvcc_model::Config, settings: &Settings) -> bool {
+    !settings.no_symmetry
+        && !config.reaps_in_queue_order()
+        && ContractModel::new(config.clone())
+            .initial_state()
+            .symmetric()
 }
 
 /// About how many states `requests` requests have where one has `states`: the
@@ -107,7 +122,8 @@ pub fn estimate(cases: &[(&Spec, &Case)], settings: &Settings) -> Vec<u64> {
 fn grown(states: u64, requests: u8, interchangeable: bool) -> u64 {
     let (s, n) = (u128::from(states.max(1)), u128::from(requests.max(1)));
     let count = if interchangeable {
-        // C(s + n - 1, n), one factor at a time: each partial product is a binomial.
+        // C(s + n - 1, n), one factor at a time: after the k-th division the count is
+        // C(s + k - 1, k), so each division is exact.
         (1..=n).fold(1u128, |c, k| c.saturating_mul(s + k - 1) / k)
     } else {
         (0..n).fold(1u128, |c, _| c.saturating_mul(s))
@@ -128,7 +144,9 @@ struct Probe {
 fn probe(model: &ContractModel, limits: &Limits, settings: &Settings) -> Probe {
     let options = Options {
         threads: 1,
-        symmetry: true,
+        // As the check explores: a probe with symmetry under `--no-symmetry` would count
+        // classes where the check counts states.
+        symmetry: !settings.no_symmetry,
         limits: Limits {
             max_states: Some(
                 limits

@@ -183,13 +183,14 @@ pub fn exec(args: Args) -> Exit {
     settings.interrupt = Some(interrupt.flag());
     let estimates = (args.shard.is_some() || bar).then(|| shard::estimate(&checks, &settings));
     let selected: Vec<usize> = match (args.shard, &estimates) {
-        (Some(s), Some(costs)) => {
+        (Some(s), costs) => {
+            let costs = costs.as_ref().expect("a sharded run estimates its checks");
             let shard_of = shard::assign(costs, s.count);
             (0..checks.len())
                 .filter(|&i| shard_of[i] == s.index - 1)
                 .collect()
         }
-        _ => (0..checks.len()).collect(),
+        (None, _) => (0..checks.len()).collect(),
     };
     let mut progress = Progress::new(
         selected.len(),
