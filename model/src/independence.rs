@@ -28,9 +28,9 @@
 //! run may end. The reduced model has every violation N requests have, and perhaps
 //! more: when it holds, N requests hold; when it does not, only the full search can say
 //! (`kvcc check` then runs it, and its counterexamples are of N requests). The harness
-//! proves this on every shipped spec point at two and three requests, against the full
-//! search, with twins that leave the others' steps out or ignore a coupling
-//! (tests/e2e/independence.rs).
+//! tests this against the full search on every shipped spec point at two and three
+//! requests whose full search fits its cap (60,000 states), with twins that leave the
+//! others' steps out or ignore a coupling (tests/e2e/independence.rs).
 
 use crate::config::Config;
 use crate::model::ContractModel;
@@ -70,7 +70,8 @@ pub fn one_of_many(config: &Config) -> Option<ContractModel> {
 /// `r`'s cells and countdowns as request 0, and everything shared (the one-shot faults
 /// used, the incidents seen) as it is. The argument above is that every transition of
 /// `state`, seen so, is a transition of `one` or leaves `r` as it was; the harness checks
-/// it on every reachable state of small points (tests/e2e/independence.rs).
+/// it on the first reachable states of every shipped point at two requests and of
+/// random specs (tests/e2e/independence.rs).
 pub fn seen_by(one: &ContractModel, state: &State, r: RequestId) -> State {
     let n = state.request_count();
     fn column<T: Copy, const N: usize>(cells: &[T], n: usize, r: RequestId) -> SmallVec<[T; N]>

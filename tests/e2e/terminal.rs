@@ -89,28 +89,27 @@ fn colour_follows_the_flag_and_the_environment() {
     assert_eq!(strip_styles(&header(&always)), header(&plain));
 }
 
-#[test]
-fn a_long_check_is_not_silent_when_stderr_is_not_a_terminal() {
-    let (code, _, stderr) = check(
-        &[
-            "specs/pr59325-fix.toml",
-            "--point",
-            "requests=2",
-            "--point",
-            "prefill.tp=2",
-            "--point",
-            "decode.tp=2",
-            "--point",
-            "max-concurrent-batches=2",
-            "--point",
-            "prefill.pcp=1",
-            "--threads",
-            "1",
-            // Every request explored: one standing for both would be done at once.
-            "--no-independence",
-        ],
-        &[("KVCC_PROGRESS_INTERVAL", "0.05")],
-    );
+/// A long check's progress line when stderr is not a terminal, with `extra` arguments.
+fn progress_line(extra: &[&str]) -> String {
+    let mut args = vec![
+        "specs/pr59325-fix.toml",
+        "--point",
+        "requests=2",
+        "--point",
+        "prefill.tp=2",
+        "--point",
+        "decode.tp=2",
+        "--point",
+        "max-concurrent-batches=2",
+        "--point",
+        "prefill.pcp=1",
+        "--threads",
+        "1",
+        // Every request explored: one standing for both would be done at once.
+        "--no-independence",
+    ];
+    args.extend(extra);
+    let (code, _, stderr) = check(&args, &[("KVCC_PROGRESS_INTERVAL", "0.05")]);
     assert_eq!(code, 0);
     let line = stderr
         .lines()
@@ -119,9 +118,21 @@ fn a_long_check_is_not_silent_when_stderr_is_not_a_terminal() {
     assert!(line.contains(" states ("), "{line}");
     assert!(line.contains("/s), depth "), "{line}");
     assert!(line.contains(" MiB"), "{line}");
+    line.to_string()
+}
+
+#[test]
+fn a_long_check_is_not_silent_when_stderr_is_not_a_terminal() {
     // Without estimates (no terminal, no shards) a line cannot say how much is done: the
     // run's one check would sit at 0% however far it got.
+    let line = progress_line(&[]);
     assert!(!line.contains("% done"), "{line}");
+    // A shard estimates its checks, and says how far through them it is.
+    let line = progress_line(&["--shard", "1/1"]);
+    assert!(
+        line.contains("; run ~") && line.ends_with("% done"),
+        "{line}"
+    );
 }
 
 /// Text without its ANSI style sequences (`ESC [ ... m`).
