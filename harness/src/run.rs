@@ -134,6 +134,41 @@ pub struct Outcome {
     /// (`kvcc_model::independence`); the counts are that search's. None when every
     /// request was explored.
     pub one_request_for: Option<u8>,
+    /// Why one request could not stand for this check's requests, where it has several
+    /// and the reduction was not turned off; None otherwise.
+    pub every_request: Option<EveryRequest>,
+}
+
+/// Why a check of several requests explored every request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EveryRequest {
+    /// A behaviour couples the requests (`kvcc_model::independence::coupling` says which).
+    Coupled(String),
+    /// One request, among others free to keep the engines stepping, broke a clause (or
+    /// its search was cut): only the search of every request could say whether they do.
+    OneDidNotHold,
+}
+
+impl EveryRequest {
+    const ONE_DID_NOT_HOLD: &'static str =
+        "one request, among others free to keep the engines stepping, did not hold";
+
+    /// As JSON lines and the table's note say it.
+    pub fn text(&self) -> &str {
+        match self {
+            EveryRequest::Coupled(coupling) => coupling,
+            EveryRequest::OneDidNotHold => Self::ONE_DID_NOT_HOLD,
+        }
+    }
+
+    /// Read back from [`EveryRequest::text`].
+    pub fn from_text(text: String) -> EveryRequest {
+        if text == Self::ONE_DID_NOT_HOLD {
+            EveryRequest::OneDidNotHold
+        } else {
+            EveryRequest::Coupled(text)
+        }
+    }
 }
 
 impl Outcome {
@@ -280,6 +315,11 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
     let options = options(spec, settings);
     let model = ContractModel::new(case.config.clone()).past_violations(options.past_violations);
     let one = independence::one_of_many(&case.config).filter(|_| !settings.no_independence);
+    let every_request = (case.config.requests > 1 && !settings.no_independence).then(|| {
+        independence::coupling(&case.config).map_or(EveryRequest::OneDidNotHold, |c| {
+            EveryRequest::Coupled(c.to_string())
+        })
+    });
     let mut spent = std::time::Duration::ZERO;
     if let Some(one) = &one {
         // Only a holds is taken from it, so it stops at the first depth that breaks a
@@ -332,6 +372,7 @@ pub fn check(spec: &Spec, case: &Case, settings: &Settings) -> Result<Outcome, I
         (_, None) => Observed::Holds,
     };
     let mut outcome = outcome(spec, case, &report, observed, violations);
+    outcome.every_request = every_request;
     // A reviewer needs the traces of what differs from the spec; expected violations
     // are written only when asked for (`--all-traces`).
     if let (Some(dir), true) = (&settings.trace_dir, !outcome.matches || settings.all_traces) {
@@ -404,6 +445,7 @@ fn outcome(
         collision_probability: report.collision_probability(),
         traces: Vec::new(),
         one_request_for: None,
+        every_request: None,
     };
     outcome.judge();
     outcome

@@ -328,6 +328,16 @@ fn issue28_check_says_where_one_request_stood_for_all() {
     };
     let reduced = lines(&[]);
     let full = lines(&["--no-independence"]);
+    // Each check that explored every request says why; without the reduction none does.
+    let did_not_hold = "one request, among others free to keep the engines stepping, did not hold";
+    for (r, f) in reduced.iter().zip(&full) {
+        assert_eq!(f["every_request"], serde_json::Value::Null);
+        let why = &r["every_request"];
+        match r["one_request_for"].as_u64() {
+            Some(_) => assert_eq!(why, &serde_json::Value::Null),
+            None => assert_eq!(why, did_not_hold, "{r}"),
+        }
+    }
     assert_eq!(reduced.len(), full.len());
     let (mut stood, mut explored) = (0, 0);
     for (r, f) in reduced.iter().zip(&full) {
@@ -367,6 +377,12 @@ fn issue28_check_says_where_one_request_stood_for_all() {
     assert!(
         table.contains("--no-independence explores every request"),
         "{table}"
+    );
+    // A coupled check that held explored every request, and says which behaviour made it.
+    let (_, coupled, _) = crate::common::run(&["check", "specs/decode-block-pool.toml"]);
+    assert!(
+        coupled.contains("holds verdicts of several requests that explored every request: 1 check: decode.kv-blocks: the requests share D's block pool"),
+        "{coupled}"
     );
     let dir = tempfile::tempdir().expect("temp dir");
     let traces = dir.path().to_str().expect("utf-8");

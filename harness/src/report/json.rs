@@ -11,6 +11,7 @@
 //!  "expected": {"verdict": "violated", "violates": ["eventually-freed"]},
 //!  "matches": true, "unreached": [], "unique_states": 13, "transitions": 19, "max_depth": 6,
 //!  "seconds": 0.002, "states_per_second": 6500.0, "one_request_for": null,
+//!  "every_request": null,
 //!  "fingerprint_bits": 64, "collision_probability": 4.2e-18, "traces": [],
 //!  "point_paths": ["prefill.pcp"], "line": 12, "check": 0, "checks": 1, "shard": null,
 //!  "settings": {"max_states": null, "max_depth": null, "timeout_seconds": null,
@@ -41,6 +42,9 @@
 //!   requests, where no behaviour couples them (`kvcc_model::independence`), their
 //!   number; the counts are that one request's search. Null when every request was
 //!   explored (absent from lines of a kvcc before it).
+//! - `every_request`: for a check of several requests that explored every request, why
+//!   one could not stand for them: the behaviour coupling them, or that the one request
+//!   did not hold. Null otherwise and under `--no-independence`.
 //! - `traces`: files written by `--trace-dir` (empty without it).
 //! - `point_paths`: the point's paths in matrix order (`point`'s keys are sorted).
 //! - `line`: the spec line that states the expectation.
@@ -231,6 +235,11 @@ pub struct Line {
     /// lines of a kvcc before it: null.
     #[serde(default)]
     pub one_request_for: Option<u8>,
+    /// For a check of several requests that explored every request: why one could not
+    /// stand for them (a behaviour coupling them, or the one request not holding). Null
+    /// otherwise, and under `--no-independence`; absent from lines of a kvcc before it.
+    #[serde(default)]
+    pub every_request: Option<String>,
     /// 64, or null when states were compared in full (`--exact`).
     pub fingerprint_bits: Option<u32>,
     /// The chance a fingerprint collision hid a state; null under `--exact`.
@@ -458,6 +467,7 @@ pub fn line(o: &Outcome, at: Position, run: &RunIdentity) -> String {
         seconds: o.seconds,
         states_per_second: o.states_per_second,
         one_request_for: o.one_request_for,
+        every_request: o.every_request.as_ref().map(|w| w.text().to_string()),
         fingerprint_bits: o
             .collision_probability
             .map(|_| kvcc_model::checker::FINGERPRINT_BITS),
@@ -656,6 +666,7 @@ pub fn read(text: &str) -> Result<Read, InputError> {
         collision_probability: l.collision_probability,
         traces: l.traces.into_iter().map(PathBuf::from).collect(),
         one_request_for: l.one_request_for,
+        every_request: l.every_request.map(crate::run::EveryRequest::from_text),
     };
     // Recomputed, never read: `matches_stated` is only compared.
     outcome.judge();

@@ -12,7 +12,7 @@ pub mod sarif;
 pub mod table;
 
 use crate::out::outln;
-use crate::run::Outcome;
+use crate::run::{Observed, Outcome};
 use crate::{Build, Exit};
 use kvcc_model::InputError;
 use std::io::Write;
@@ -63,7 +63,7 @@ pub fn summary(outcomes: &[Outcome]) -> String {
 pub fn collision_note(outcomes: &[Outcome]) -> Option<String> {
     let holds: Vec<&Outcome> = outcomes
         .iter()
-        .filter(|o| o.observed == crate::run::Observed::Holds)
+        .filter(|o| o.observed == Observed::Holds)
         .collect();
     let worst = holds
         .iter()
@@ -91,6 +91,33 @@ pub fn independence_note(outcomes: &[Outcome]) -> Option<String> {
             "{reduced} holds {} from one request among others that may keep the engines stepping: no behaviour of {} couples requests and every clause is about one request, so one stands for all (model/src/independence.rs); --no-independence explores every request",
             if reduced == 1 { "verdict comes" } else { "verdicts come" },
             if reduced == 1 { "its check" } else { "their checks" },
+        )
+    })
+}
+
+/// Why checks of several requests that held explored every request, each reason with
+/// its count of checks. None when no such check did. (A violated check's
+/// counterexamples are of every request by design; it needs no note.)
+pub fn every_request_note(outcomes: &[Outcome]) -> Option<String> {
+    let mut reasons: Vec<(&str, usize)> = Vec::new();
+    let held = outcomes.iter().filter(|o| o.observed == Observed::Holds);
+    for why in held.filter_map(|o| o.every_request.as_ref()) {
+        match reasons.iter_mut().find(|(r, _)| *r == why.text()) {
+            Some((_, n)) => *n += 1,
+            None => reasons.push((why.text(), 1)),
+        }
+    }
+    (!reasons.is_empty()).then(|| {
+        let reasons: Vec<String> = reasons
+            .iter()
+            .map(|(reason, n)| match n {
+                1 => format!("1 check: {reason}"),
+                n => format!("{n} checks: {reason}"),
+            })
+            .collect();
+        format!(
+            "holds verdicts of several requests that explored every request: {}; --no-independence skips the one-request search",
+            reasons.join("; ")
         )
     })
 }
@@ -264,6 +291,9 @@ fn print_human(out: &Output, outcomes: &[Outcome]) {
         outln!("{}", table::wrap(&note, width));
     }
     if let Some(note) = independence_note(outcomes) {
+        outln!("{}", table::wrap(&note, width));
+    }
+    if let Some(note) = every_request_note(outcomes) {
         outln!("{}", table::wrap(&note, width));
     }
     let traces = outcomes.iter().map(|o| o.traces.len()).sum::<usize>();
