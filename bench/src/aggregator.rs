@@ -1,6 +1,8 @@
 //! Aggregator throughput (`kvcc-bench --aggregator`): rank-reports per second through the
-//! deterministic core on one thread, and through the concurrent front with one reporter
-//! thread per rank, pinned to one core and then to two.
+//! deterministic core on one thread, through the concurrent front with one reporter
+//! thread per rank, pinned to one core and then to two, and through `kvcc conform`, whose
+//! reader threads (one per rank file) decode a recorded run into that front, on one core
+//! and then two.
 //!
 //! The workload is a prefill engine of [`WORLD_SIZE`] ranks under `E = world_size`, shaped
 //! like conform's benchmark run (`conform::bench`): every step delay-frees
@@ -23,7 +25,15 @@
 //! prebuilt ring of outputs is replayed pass after pass. After one untimed warm-up pass
 //! every timed pass emits every id of the ring exactly once; that count is checked, so a
 //! broken aggregator or an optimised-away loop cannot pass for a fast one.
+//!
+//! The front alone is handed prebuilt outputs, so all it does per step is lock, buffer
+//! and count: work too small for a second core to take over (docs/benchmarks.md). In
+//! conform, its use, each rank's reader decodes its file before it submits; the
+//! `conform` setups measure that, on a run [`RecordedRun`] writes to a temporary
+//! directory (the same schedule shape, [`crate::recorded_run`]), checked to conform and
+//! to have every request seen.
 
+use crate::recorded_run::Generated;
 use kvcc_aggregator::{
     Aggregator, ConcurrentAggregator, Direction, EntryMap, HashedAggregator, Policy, Rank,
     RequestName, Step, StepOutcome, Violation, WorkerOutput,
@@ -31,7 +41,7 @@ use kvcc_aggregator::{
 use kvcc_conform::intern::{IdNum, Interner};
 use serde::Serialize;
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Ranks of the engine, and reporter threads of the front.
@@ -194,6 +204,8 @@ pub struct Workloads {
     pub numbers: Workload<u64>,
     pub names: Workload<String>,
     pub request_names: Workload<RequestName>,
+    /// The recorded run of the `conform` setups, written on first use.
+    recorded: OnceLock<Result<RecordedRun, String>>,
 }
 
 impl Workloads {
@@ -205,8 +217,75 @@ impl Workloads {
             numbers,
             names,
             request_names,
+            recorded: OnceLock::new(),
         }
     }
+
+    /// The `conform` setups' recorded run, written the first time it is asked for, of at
+    /// least `bytes` bytes (the size asked for then).
+    fn recorded_run(&self, bytes: u64) -> Result<&RecordedRun, String> {
+        self.recorded
+            .get_or_init(|| RecordedRun::write(bytes))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// A conforming recorded run of [`WORLD_SIZE`] ranks in a temporary directory, removed
+/// when dropped.
+pub struct RecordedRun {
+    _dir: tempfile::TempDir,
+    run: String,
+    generated: Generated,
+}
+
+impl RecordedRun {
+    /// Bytes of the run the figures are taken on: about 26,000 steps, a second of conform
+    /// on one core.
+    pub const BYTES: u64 = 128 << 20;
+
+    fn write(bytes: u64) -> Result<RecordedRun, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temp dir: {e}"))?;
+        let run = dir.path().join("prefill");
+        let generated = crate::recorded_run::generate(&run, bytes)
+            .map_err(|e| format!("cannot write a recorded run in {}: {e}", run.display()))?;
+        Ok(RecordedRun {
+            run: run.display().to_string(),
+            _dir: dir,
+            generated,
+        })
+    }
+}
+
+/// `kvcc conform` on the recorded run, all its threads (a reader per rank file and one
+/// for the scheduler's log, submitting into the front; the monitor consuming) pinned to
+/// the first `cores` CPUs. Every request is reported once by every rank, so the reports
+/// are requests × ranks; the run must conform with every request seen, or the figure is
+/// of a wrong run.
+pub fn conform(run: &RecordedRun, cores: usize) -> Result<Timing, String> {
+    let _pinned = Pinned::to_first(cores)?;
+    let start = Instant::now();
+    let report = kvcc_conform::check_run(&run.run, &kvcc_conform::Options::default())
+        .map_err(|e| e.to_string())?;
+    let seconds = start.elapsed().as_secs_f64();
+    let generated = &run.generated;
+    if !report.conforms()
+        || report.steps != generated.steps
+        || report.requests_seen != generated.requests
+    {
+        return Err(format!(
+            "conform of the recorded run: {} findings, {} steps of {}, {} requests of {}",
+            report.findings.len(),
+            report.steps,
+            generated.steps,
+            report.requests_seen,
+            generated.requests
+        ));
+    }
+    Ok(Timing {
+        reports: generated.requests * u64::from(WORLD_SIZE),
+        seconds,
+    })
 }
 
 impl Default for Workloads {
@@ -684,7 +763,7 @@ impl Map {
 /// What one aggregator measurement is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Setup {
-    /// `core` or `front`.
+    /// `core`, `front` or `conform`.
     pub bench: &'static str,
     pub policy: Policy,
     pub ids: Ids,
@@ -715,8 +794,20 @@ const fn front_setup(map: Map, cores: usize) -> Setup {
     }
 }
 
+/// Conform through the hashed front, its ids interned by its readers.
+const fn conform_setup(cores: usize) -> Setup {
+    Setup {
+        bench: "conform",
+        policy: Policy::Countdown,
+        ids: Ids::Interned,
+        map: Map::Hashed,
+        reporter_threads: WORLD_SIZE,
+        cores,
+    }
+}
+
 /// The measurements `kvcc-bench --aggregator` makes, in order.
-pub const SETUPS: [Setup; 10] = [
+pub const SETUPS: [Setup; 12] = [
     core_setup(Policy::Countdown, Ids::U64, Map::Ordered),
     core_setup(Policy::Strict, Ids::U64, Map::Ordered),
     core_setup(Policy::Countdown, Ids::U64, Map::Hashed),
@@ -727,12 +818,20 @@ pub const SETUPS: [Setup; 10] = [
     front_setup(Map::Ordered, 2),
     front_setup(Map::Hashed, 1),
     front_setup(Map::Hashed, 2),
+    conform_setup(1),
+    conform_setup(2),
 ];
 
-/// Runs one setup once; `passes_divisor` divides the timed passes (1 for the figures,
-/// more only to test the machinery quickly).
+/// Runs one setup once; `passes_divisor` divides the timed passes and the recorded run's
+/// size (1 for the figures, more only to test the machinery quickly).
 pub fn measure(workloads: &Workloads, setup: Setup, passes_divisor: u64) -> Result<Timing, String> {
     let divisor = passes_divisor.max(1);
+    if setup.bench == "conform" {
+        return conform(
+            workloads.recorded_run(RecordedRun::BYTES / divisor)?,
+            setup.cores,
+        );
+    }
     if setup.bench == "front" {
         return front(
             &workloads.numbers,
@@ -827,7 +926,7 @@ pub fn json_line(m: &Measured) -> String {
     serde_json::to_string(&line).unwrap_or_default()
 }
 
-/// The human table, and how the front scales from one core to two.
+/// The human table, and how the front and conform scale from one core to two.
 pub fn table(measured: &[Measured]) -> String {
     let header = [
         "BENCH",
@@ -857,17 +956,25 @@ pub fn table(measured: &[Measured]) -> String {
         })
         .collect();
     let mut out = super::render_table(&header, &rows, 2);
-    for map in [Map::Ordered, Map::Hashed] {
-        let front = |cores| {
+    let scaling = [
+        ("front", Map::Ordered, "reporter threads, ordered map"),
+        ("front", Map::Hashed, "reporter threads, hashed map"),
+        (
+            "conform",
+            Map::Hashed,
+            "reader threads into the hashed front",
+        ),
+    ];
+    for (bench, map, threads) in scaling {
+        let rate = |cores| {
             measured
                 .iter()
-                .find(|m| m.setup.bench == "front" && m.setup.map == map && m.setup.cores == cores)
+                .find(|m| m.setup.bench == bench && m.setup.map == map && m.setup.cores == cores)
                 .map(Measured::reports_per_second_median)
         };
-        if let (Some(one), Some(two)) = (front(1), front(2)) {
+        if let (Some(one), Some(two)) = (rate(1), rate(2)) {
             out += &format!(
-                "\nfront, {WORLD_SIZE} reporter threads, {} map: 2 cores / 1 core = {:.2}x",
-                map.name(),
+                "\n{bench}, {WORLD_SIZE} {threads}: 2 cores / 1 core = {:.2}x",
                 two / one.max(1e-9)
             );
         }
@@ -938,6 +1045,21 @@ mod tests {
         let open = fast.core.open_entries();
         assert!(open > 0, "requests are in flight in mid-ring");
         assert_eq!(fast.interned(), open);
+    }
+
+    /// The conform figure counts a run's reports only when conform saw all of them: a
+    /// run whose requests differ from what was written is an error, not a figure.
+    #[test]
+    fn conform_is_measured_only_on_the_run_written() {
+        let mut run = RecordedRun::write(200_000).unwrap();
+        let timing = conform(&run, 1).unwrap();
+        assert_eq!(
+            timing.reports,
+            run.generated.requests * u64::from(WORLD_SIZE)
+        );
+        run.generated.requests += 1;
+        let error = conform(&run, 1).unwrap_err();
+        assert!(error.contains("requests of"), "{error}");
     }
 
     #[test]

@@ -36,8 +36,10 @@ fn main() -> ExitCode {
 /// skews every figure: each records the load average it started under.
 ///
 /// `--aggregator` measures rank-reports per second instead: through the aggregator core
-/// on one core (policies countdown and strict), and through the concurrent front with 8
-/// reporter threads pinned to one core, then to two.
+/// on one core (policies countdown and strict), through the concurrent front with 8
+/// reporter threads pinned to one core, then to two, and through `kvcc conform` on a
+/// recorded run it writes to a temp dir (8 reader threads decoding into the front), on
+/// one core, then two. Runs of the setups alternate.
 #[derive(Debug, Parser)]
 #[command(
     name = "kvcc-bench",
@@ -270,7 +272,7 @@ fn aggregator_bench(args: &Args) -> Exit {
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workloads = aggregator::Workloads::new();
-    let mut measured = Vec::new();
+    let mut measured: Vec<aggregator::Measured> = Vec::new();
     for setup in aggregator::SETUPS {
         if setup.cores > cores {
             eprintln!(
@@ -279,25 +281,29 @@ fn aggregator_bench(args: &Args) -> Exit {
             );
             continue;
         }
-        let mut m = aggregator::Measured {
+        measured.push(aggregator::Measured {
             setup,
             timings: Vec::new(),
             load_average: bench::load_average(),
-        };
-        for _ in 0..runs {
-            match aggregator::measure(&workloads, setup, 1) {
+        });
+    }
+    // Run by run, every setup in turn: a slow spell of the machine then falls on every
+    // setup alike, and the ratios (one core against two) compare runs taken together.
+    for _ in 0..runs {
+        for m in &mut measured {
+            match aggregator::measure(&workloads, m.setup, 1) {
                 Ok(timing) => m.timings.push(timing),
                 Err(e) => {
-                    eprintln!("error: aggregator {}: {e}", setup.bench);
+                    eprintln!("error: aggregator {}: {e}", m.setup.bench);
                     return Exit::Finding;
                 }
             }
         }
-        if args.format == Format::Json {
-            println!("{}", aggregator::json_line(&m));
-            let _ = std::io::stdout().flush();
+    }
+    if args.format == Format::Json {
+        for m in &measured {
+            println!("{}", aggregator::json_line(m));
         }
-        measured.push(m);
     }
     if args.format == Format::Human {
         print!("{}", aggregator::table(&measured));

@@ -1,6 +1,7 @@
-//! A recorded run of any size for the conform benchmark (`tests/e2e/conform_throughput.rs`): a
-//! prefill engine of 8 ranks under vLLM's counting, where every step delay-frees a batch
-//! of requests with vLLM-shaped ids, each rank reports each of them 1 to 4 steps later,
+//! A recorded run of any size for the conform benchmarks (`tests/e2e/conform_throughput.rs`,
+//! and `kvcc-bench --aggregator`'s conform setups): a prefill engine of 8 ranks under
+//! vLLM's counting, where every step delay-frees a batch of requests with vLLM-shaped ids,
+//! each rank reports each of them 1 to 4 steps later,
 //! and the scheduler frees each one the step after its last report. The run conforms, so
 //! conform does all of its work and finds nothing; memory must stay flat however long
 //! it is.
@@ -12,11 +13,9 @@ use kvcc_conform::format::{
 use std::io;
 use std::path::Path;
 
-const WORLD_SIZE: u32 = 8;
-/// Requests delay-freed per step.
-const REQUESTS_PER_STEP: u64 = 8;
-/// A rank reports a request 1 to `LAG` steps after it was delay-freed.
-const LAG: u64 = 4;
+// The aggregator benchmark's schedule, so that its core, front and conform figures are
+// of one shape.
+use crate::aggregator::{LAG, REQUESTS_PER_STEP, WORLD_SIZE};
 
 /// What was generated.
 #[derive(Clone, Copy, Debug)]
