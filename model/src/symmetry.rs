@@ -593,12 +593,12 @@ fn sorted_column<T: Copy>(
     codes[start..].sort_unstable();
 }
 
-/// Every order of `items` (at most 3 of them, so at most 6 orders).
 /// Does `order` rename no request?
 fn is_identity(order: &[RequestId]) -> bool {
     order.iter().enumerate().all(|(i, &r)| usize::from(r) == i)
 }
 
+/// Every order of `items` (at most 3 of them, so at most 6 orders).
 fn permutations(items: &[RequestId]) -> SmallVec<[Order; 6]> {
     if items.len() <= 1 {
         return smallvec::smallvec![items.iter().copied().collect()];
