@@ -44,12 +44,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-/// Ranks of the engine, and reporter threads of the front.
-pub const WORLD_SIZE: u32 = 8;
-/// Requests delay-freed per step.
-pub const REQUESTS_PER_STEP: u64 = 8;
-/// A rank reports a request 1 to `LAG` steps after it was delay-freed.
-pub const LAG: u64 = 4;
+pub use crate::schedule::{LAG, REQUESTS_PER_STEP, WORLD_SIZE};
 /// Steps in one period of the schedule.
 pub const RING_STEPS: u64 = 1024;
 /// Timed passes over the ring for the core: 33.6 million rank-reports.

@@ -14,6 +14,7 @@
 
 pub mod aggregator;
 pub mod recorded_run;
+pub mod schedule;
 
 use kvcc::cmd::conform::peak_rss_bytes;
 use kvcc::run::{self, Outcome, Settings};

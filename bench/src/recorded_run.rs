@@ -13,9 +13,7 @@ use kvcc_conform::format::{
 use std::io;
 use std::path::Path;
 
-// The aggregator benchmark's schedule, so that its core, front and conform figures are
-// of one shape.
-use crate::aggregator::{LAG, REQUESTS_PER_STEP, WORLD_SIZE};
+use crate::schedule::{LAG, REQUESTS_PER_STEP, WORLD_SIZE};
 
 /// What was generated.
 #[derive(Clone, Copy, Debug)]
