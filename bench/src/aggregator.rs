@@ -5,7 +5,7 @@
 //! and then two.
 //!
 //! The workload is a prefill engine of [`WORLD_SIZE`] ranks under `E = world_size`, shaped
-//! like conform's benchmark run (`conform::bench`): every step delay-frees
+//! like conform's benchmark run ([`crate::recorded_run`]): every step delay-frees
 //! [`REQUESTS_PER_STEP`] requests and each rank reports each of them 1 to [`LAG`] steps
 //! later, so countdowns stay open across steps and every step's outputs mix requests of
 //! several ages. A rank-report is one request id in one rank's `finished_sending`.
