@@ -277,6 +277,59 @@ fn a_spec_with_a_wrong_field_fails_the_schema() {
     }
 }
 
+/// A Config field without a default (requests, expected-count, prefill, decode) must be
+/// in the spec or named by a matrix key, as kvcc requires ("missing field"); the schema
+/// says so for each, and accepts each when the matrix supplies it.
+#[test]
+fn a_spec_without_a_required_field_fails_the_schema_unless_its_matrix_has_it() {
+    let validator = validator();
+    let (path, spec) = shipped_specs().remove(0);
+    let required = [
+        ("requests", "requests", serde_json::json!([1, 2])),
+        (
+            "expected-count",
+            "expected-count",
+            serde_json::json!(["world-size"]),
+        ),
+        ("prefill", "prefill.tp", serde_json::json!([1, 2])),
+        ("decode", "decode.tp", serde_json::json!([1])),
+    ];
+    for (field, matrix_key, values) in required {
+        let mut twin = spec.clone();
+        twin.as_object_mut().unwrap().remove(field);
+        // What kvcc's Config makes of the same keys (the spec's own keys aside).
+        let mut config = twin.clone();
+        config
+            .as_object_mut()
+            .unwrap()
+            .retain(|key, _| !RESERVED.contains(&key.as_str()));
+        let text = toml::to_string(&config).unwrap();
+        let kvcc_says = match toml::from_str::<toml::Value>(&text)
+            .unwrap()
+            .try_into::<Config>()
+        {
+            Ok(_) => String::new(),
+            Err(e) => e.message().to_string(),
+        };
+        assert!(kvcc_says.contains("missing field"), "{field}: {kvcc_says}");
+        assert!(!validator.is_valid(&twin), "{path} without {field} passed");
+        let matrix = twin
+            .as_object_mut()
+            .unwrap()
+            .entry("matrix")
+            .or_insert_with(|| serde_json::json!({}));
+        matrix[matrix_key] = values;
+        let errors: Vec<String> = validator
+            .iter_errors(&twin)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{path}, {field} from the matrix: {errors:?}"
+        );
+    }
+}
+
 /// The JSON-lines schema's validator, built once for the whole suite.
 fn lines_validator() -> &'static jsonschema::Validator {
     static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();

@@ -148,9 +148,27 @@ fn generate() -> Value {
     let mut root = generator.into_root_schema_for::<SpecFile>().to_value();
     drop_null(&mut root);
     root["$id"] = format!("urn:kvcc:spec:{FORMAT_VERSION}").into();
-    // Any Config field may come from the matrix instead, so the document itself needs
-    // only what the spec must say.
+    // A Config field without a default may come from the matrix instead: the document
+    // needs it at the top level or under a matrix key that names it or one of its fields.
+    let config_required: Vec<Value> = root["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|field| !RESERVED.contains(field))
+        .map(|field| {
+            // Field names are kebab-case: nothing in them is special to a pattern.
+            let in_matrix = format!("^{field}(\\.|$)");
+            serde_json::json!({ "anyOf": [
+                { "required": [field] },
+                { "required": ["matrix"], "properties": { "matrix": {
+                    "not": { "propertyNames": { "not": { "pattern": in_matrix } } }
+                } } }
+            ] })
+        })
+        .collect();
     root["required"] = serde_json::json!(["version", "expect"]);
+    root["allOf"] = config_required.into();
     // Flattening Config loses its deny_unknown_fields; the document has no other keys.
     root["additionalProperties"] = false.into();
     let tables: Vec<String> = root["properties"]
