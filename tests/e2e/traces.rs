@@ -341,17 +341,36 @@ fn the_reproduce_command_rewrites_identical_traces() {
     assert_eq!(read(&trace), first);
 }
 
+/// Against another spec (`--spec`), a matrix path the trace's point leaves out takes the
+/// value the trace was found with, read from the trace's own spec: "does the fix remove
+/// it?" compares like with like. Where that spec cannot be read, the other spec's first
+/// value stands in; a note says which either way.
 #[test]
-fn replay_against_a_spec_with_another_matrix_names_the_value_it_picked() {
+fn replay_against_a_spec_with_another_matrix_takes_the_traces_own_value() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, trace) = traced_copy(dir.path());
-    let (code, stdout, stderr) = run(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--spec",
-        &fixture("seed-59325-matrix.toml"),
-    ]);
-    // pcp = 1, the matrix's first value, has no replicated rank to clear.
+    let (spec, trace) = traced_copy(dir.path());
+    let replay = || {
+        run(&[
+            "replay",
+            trace.to_str().unwrap(),
+            "--spec",
+            &fixture("seed-59325-matrix.toml"),
+        ])
+    };
+    // The trace was found at pcp 2, where the matrix spec breaks the same clause.
+    let (code, stdout, stderr) = replay();
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.starts_with("reproduces: "), "{stdout}");
+    assert!(
+        stderr.contains(
+            "does not name matrix path `prefill.pcp`; using the trace's own spec's value, 2"
+        ),
+        "{stderr}"
+    );
+    // The twin: without the trace's spec, pcp = 1, the matrix's first value, has no
+    // replicated rank to clear.
+    std::fs::remove_file(&spec).unwrap();
+    let (code, stdout, stderr) = replay();
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(stdout.starts_with("does not reproduce: "), "{stdout}");
     assert!(

@@ -429,6 +429,6 @@ fn config_of(file: &str, meta: &serde_json::Value) -> Result<kvcc_model::Config,
         field: Some("point".into()),
         ..InputError::file(file, m)
     })?;
-    let (config, _notes) = Spec::load(spec)?.config_for_recorded(&point)?;
+    let (config, _notes) = Spec::load(spec)?.config_for_recorded(&point, None)?;
     Ok(config)
 }

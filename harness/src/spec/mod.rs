@@ -421,15 +421,17 @@ impl Spec {
     }
 
     /// The config at a point recorded elsewhere (a trace), against a spec that may have
-    /// changed since: the point's values are written whether or not the matrix still has
-    /// them; a matrix path the point does not name takes its first value, and a note
-    /// says so.
+    /// changed since, or another spec (`--spec`): the point's values are written whether
+    /// or not the matrix still has them. A matrix path the point does not name takes the
+    /// value `recorded` has there (the configuration the trace was found in, when its own
+    /// spec can be read), else the matrix's first value; a note says which.
     pub fn config_for_recorded(
         &self,
-        recorded: &Point,
+        recorded_point: &Point,
+        recorded: Option<&Config>,
     ) -> Result<(Config, Vec<String>), InputError> {
         let schema = schema::schema();
-        for (path, _) in &recorded.0 {
+        for (path, _) in &recorded_point.0 {
             if schema::config_field(&schema, path).is_none() {
                 return Err(InputError::file(
                     &self.file,
@@ -437,19 +439,24 @@ impl Spec {
                 ));
             }
         }
-        let mut point = recorded.clone();
+        let recorded = recorded.and_then(|config| toml::Table::try_from(config).ok());
+        let mut point = recorded_point.clone();
         let mut notes = Vec::new();
         for entry in &self.matrix {
-            if recorded.get(&entry.path).is_none() {
-                let first = entry.values[0].clone();
-                notes.push(format!(
-                    "{}: the recorded point does not name matrix path `{}`; using its first value, {}",
-                    self.file,
-                    entry.path,
-                    value_text(&first)
-                ));
-                point.0.push((entry.path.clone(), first));
+            if recorded_point.get(&entry.path).is_some() {
+                continue;
             }
+            let (value, whence) = match recorded.as_ref().and_then(|t| get_path(t, &entry.path)) {
+                Some(value) => (value.clone(), "the trace's own spec's value"),
+                None => (entry.values[0].clone(), "its first value"),
+            };
+            notes.push(format!(
+                "{}: the recorded point does not name matrix path `{}`; using {whence}, {}",
+                self.file,
+                entry.path,
+                value_text(&value)
+            ));
+            point.0.push((entry.path.clone(), value));
         }
         Ok((self.config(&point)?, notes))
     }
@@ -883,6 +890,16 @@ fn serde_failure(path: &serde_path_to_error::Path, message: &str) -> (Vec<Seg>, 
 }
 
 /// Writes `value` at a dotted path, creating tables on the way.
+/// The value at a dotted Config path of `table`, if it has one.
+fn get_path<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
+    let (tables, last) = path.rsplit_once('.').map_or(("", path), |(t, l)| (t, l));
+    let mut table = table;
+    for seg in tables.split('.').filter(|s| !s.is_empty()) {
+        table = table.get(seg)?.as_table()?;
+    }
+    table.get(last)
+}
+
 fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
     let mut segments = path.split('.').peekable();
     let mut table = table;

@@ -239,7 +239,8 @@ pub fn replay(file: &str, spec_override: Option<&str>) -> Result<Replayed, Input
 }
 
 /// The model a trace was found in: its spec (`#meta.source`, or `spec_override`) at its
-/// matrix point (`#meta.point`). Notes on the point go to stderr.
+/// matrix point (`#meta.point`), the override's other matrix paths as the trace's own
+/// spec had them. Notes on the point go to stderr.
 pub fn model_of(
     file: &str,
     trace: &ItfTrace,
@@ -266,7 +267,15 @@ pub fn case_of(
             field: Some("#meta.point".into()),
             ..InputError::file(file, m)
         })?;
-    let (config, notes) = spec.config_for_recorded(&point)?;
+    // Against another spec, its matrix paths the point leaves out take the values the
+    // trace was found with, read from the trace's own spec where it may be read (else
+    // the other spec's first values, with a note).
+    let recorded = spec_override
+        .and_then(|_| recorded_spec(file, &trace.meta.source).ok())
+        .and_then(|own| Spec::load(&own).ok())
+        .and_then(|own| own.config_for_recorded(&point, None).ok())
+        .map(|(config, _)| config);
+    let (config, notes) = spec.config_for_recorded(&point, recorded.as_ref())?;
     for note in notes {
         eprintln!("note: {note}");
     }
