@@ -12,6 +12,8 @@
 //!   input errors (compiler-style, with the source line);
 //! - [`trace`] writes counterexamples as text, Markdown (with Mermaid) and ITF JSON, and
 //!   replays an ITF trace against the model;
+//! - [`named`] follows a path an input file names (a trace's spec, a shard's) only
+//!   inside the working directory or that file's own;
 //! - [`explore`] serves stateright's web explorer on loopback;
 //! - [`simulate`] writes random executions of the model as recorded runs, which
 //!   `kvcc_conform` checks like a vLLM deployment's, and [`confirm`] plays into vLLM's
@@ -22,6 +24,7 @@ pub mod cmd;
 pub mod confirm;
 pub mod explore;
 pub mod interrupt;
+pub mod named;
 pub mod out;
 pub mod progress;
 pub mod report;

@@ -104,12 +104,26 @@ fn issue23_merge_refuses_shards_of_different_runs() {
     let edited = tempfile::tempdir().unwrap();
     let copy = spec_copy(edited.path(), "seed-59325-matrix.toml");
     let copy_arg = copy.display().to_string();
-    let first = shards(edited.path(), &copy_arg, 2, &[]);
+    // Every shard beside the spec: merge follows a shard's spec only inside the working
+    // directory or the shard's own.
+    let first: Vec<String> = shards(edited.path(), &copy_arg, 2, &[])
+        .into_iter()
+        .map(|shard| {
+            let path = Path::new(&shard);
+            let name = path.file_name().unwrap().to_string_lossy();
+            let kept = edited
+                .path()
+                .join(format!("first-{name}"))
+                .display()
+                .to_string();
+            std::fs::rename(&shard, &kept).unwrap();
+            kept
+        })
+        .collect();
     let mut text = std::fs::read_to_string(&copy).unwrap();
     text += "# edited after shard 1 ran\n";
     std::fs::write(&copy, &text).unwrap();
-    let again = tempfile::tempdir().unwrap();
-    let second = shards(again.path(), &copy_arg, 2, &[]);
+    let second = shards(edited.path(), &copy_arg, 2, &[]);
     let stderr = refused(
         &[first[0].clone(), second[1].clone()],
         &second[1],
@@ -299,4 +313,45 @@ fn issue23_merge_onto_a_full_disk_exits_2() {
     use std::os::unix::fs::FileTypeExt;
     let kind = std::fs::metadata("/dev/full").unwrap().file_type();
     assert!(kind.is_char_device(), "/dev/full is still the device");
+}
+
+/// Issue 16's rule for what a shard names: merge reads each line's spec again and copies
+/// its Markdown traces into the job summary, but a shard may come from a stranger. A spec
+/// or trace that leads outside the working directory and the shard's own is refused,
+/// naming the shard's line and field, and nothing of the file it names is printed.
+#[test]
+fn a_shard_cannot_make_merge_read_files_outside_the_working_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let secret = elsewhere.path().join("secret.md");
+    std::fs::write(&secret, "TOP-SECRET\n").unwrap();
+    let secret_toml = elsewhere.path().join("secret.toml");
+    std::fs::write(&secret_toml, "TOP-SECRET\n").unwrap();
+    let linked = dir.path().join("linked.toml");
+    std::os::unix::fs::symlink(&secret_toml, &linked).unwrap();
+    let spec = fixture("seed-59325.toml");
+    let files = shards(dir.path(), &spec, 1, &[]);
+    let original = std::fs::read_to_string(&files[0]).unwrap();
+    let cases: [(&str, serde_json::Value, &str); 5] = [
+        ("file", "/etc/passwd".into(), "a path to a `.toml` file"),
+        ("file", "../../etc/x.toml".into(), "without `..`"),
+        (
+            "file",
+            secret_toml.to_str().unwrap().into(),
+            "leads outside",
+        ),
+        ("file", linked.to_str().unwrap().into(), "leads outside"),
+        ("traces", serde_json::json!([secret]), "leads outside"),
+    ];
+    for (field, value, why) in cases {
+        std::fs::write(&files[0], &original).unwrap();
+        edit_lines(&files[0], |_, line| line[field] = value.clone());
+        let stderr = refused(&files, &files[0], 1, field);
+        assert!(stderr.contains(why), "{field} = {value}: {stderr}");
+        assert!(!stderr.contains("TOP-SECRET"), "{stderr}");
+    }
+    // The twin: the same shard, untouched, merges.
+    std::fs::write(&files[0], &original).unwrap();
+    let (code, stdout, stderr) = run(&["merge", &files[0]]);
+    assert!(code == 0 || code == 1, "{stdout}{stderr}");
 }

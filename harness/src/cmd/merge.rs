@@ -1,6 +1,7 @@
 //! `kvcc merge`.
 
 use crate::cmd::check::Format;
+use crate::named::Named;
 use crate::out::outln;
 use crate::report::json::{self, Checked, Position, Read, RunIdentity};
 use crate::report::{self, github, Output};
@@ -9,7 +10,7 @@ use crate::spec::point::Selector;
 use crate::spec::Spec;
 use crate::{Build, Exit};
 use kvcc_model::InputError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Combine the JSON lines of sharded `kvcc check --shard I/N --format json` runs into one
 /// report, one JUnit file and one exit code, as if one machine had checked everything.
@@ -18,8 +19,9 @@ use std::path::Path;
 /// same kvcc build, settings and spec contents; lines carry them), and every check of
 /// that run must be in exactly one file: a missing shard (or one cut short), a shard
 /// given twice or a shard of another run is an input error (exit 2), never a green merge.
-/// Each spec is read again (run merge where the shards ran, or anywhere the spec paths
-/// lead to the same files): its content must be what the shards checked, each line's
+/// Each spec is read again (run merge where the shards ran: a spec or trace a line names
+/// is followed only inside the working directory or the shard's own): its content must
+/// be what the shards checked, each line's
 /// point one of its points and each expectation its own; whether a verdict matches is
 /// recomputed. An input error any shard reported is reported again (exit 2). Otherwise
 /// exit 0 when every verdict matches its expectation, 1 when any differs.
@@ -131,11 +133,20 @@ fn read(
             continue;
         }
         match json::read(line) {
-            Ok(Read::Check(checked)) => entries.push(Entry {
-                checked: *checked,
-                file: file.to_string(),
-                line: i + 1,
-            }),
+            Ok(Read::Check(checked)) => {
+                let entry_at = |field: &str, e: InputError| InputError {
+                    file: Some(file.to_string()),
+                    at: Some((i + 1, 1)),
+                    field: Some(field.to_string()),
+                    ..e
+                };
+                check_traces(file, &checked.outcome.traces).map_err(|e| entry_at("traces", e))?;
+                entries.push(Entry {
+                    checked: *checked,
+                    file: file.to_string(),
+                    line: i + 1,
+                })
+            }
             Ok(Read::Error(e)) => errors.push(e),
             Err(e) => {
                 return Err(InputError {
@@ -146,6 +157,25 @@ fn read(
                 })
             }
         }
+    }
+    Ok(())
+}
+
+/// Refuses a trace a shard line lists that kvcc may not read: each must be a trace file
+/// that stays inside the working directory or the shard's (a shard may come from a
+/// stranger, and the job summary copies its Markdown traces). One that is not there at
+/// all is let be: the summary says it is not readable here.
+fn check_traces(shard: &str, traces: &[PathBuf]) -> Result<(), InputError> {
+    for trace in traces {
+        let path = trace.to_string_lossy();
+        Named {
+            file: shard,
+            field: "traces",
+            path: &path,
+            extensions: &["md", "txt", "json", "sh"],
+            advice: "kvcc merge reads traces only where the shards wrote them",
+        }
+        .resolve()?;
     }
     Ok(())
 }
@@ -301,7 +331,18 @@ fn against_specs(entries: &[Entry]) -> Vec<InputError> {
 /// The lines of one spec file against it; the first error found.
 fn against_spec(file: &str, lines: &[&Entry]) -> Result<(), InputError> {
     let first = lines[0];
-    let spec = Spec::load(file).map_err(|e| {
+    let named = Named {
+        file: &first.file,
+        field: "file",
+        path: file,
+        extensions: &["toml"],
+        advice: "kvcc merge reads each spec again: run it where the shards ran",
+    };
+    let shown = named.resolve().map_err(|e| InputError {
+        at: Some((first.line, 1)),
+        ..e
+    })?;
+    let spec = Spec::load(shown.as_deref().unwrap_or(file)).map_err(|e| {
         e.with_help(format!(
             "kvcc merge reads each spec again: run it where {} ran",
             first.file

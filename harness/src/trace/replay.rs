@@ -284,73 +284,32 @@ pub fn case_of(
     Ok((spec, point, model))
 }
 
-/// Where the spec a trace names (`#meta.source`) is, read only inside the working tree or
-/// the trace's own directory: a trace may come from a stranger, and what it names must
-/// not make kvcc read any file. The path must name a `.toml` file, without `..`; a
-/// relative one is looked up in the working directory, then in the trace's directory and
-/// the directories above it that are still inside the working directory (a trace in
-/// `traces/` names `specs/x.toml` from the repository root). Wherever a candidate leads,
-/// links followed, it must stay inside those two trees. Anything else is refused, naming
-/// `--spec`.
+/// Where the spec a trace names (`#meta.source`) is, followed only as [`crate::named`]
+/// allows; anything else is refused, naming `--spec`.
 fn recorded_spec(trace_file: &str, source: &str) -> Result<String, InputError> {
-    use std::path::{Component, Path, PathBuf};
-    let refuse = |message: String| InputError {
-        field: Some("#meta.source".into()),
-        ..InputError::file(
-            trace_file,
-            format!("{message}; pass --spec PATH to replay against a spec you name"),
-        )
+    let named = crate::named::Named {
+        file: trace_file,
+        field: "#meta.source",
+        path: source,
+        extensions: &["toml"],
+        advice: "pass --spec PATH to replay against a spec you name",
     };
-    let path = Path::new(source);
-    if path.components().any(|c| c == Component::ParentDir)
-        || path.extension().is_none_or(|e| e != "toml")
-    {
-        return Err(refuse(format!(
-            "names `{source}`: kvcc follows from a trace only a path to a `.toml` file without `..`"
-        )));
+    let Some(shown) = named.resolve()? else {
+        return Err(InputError {
+            field: Some("#meta.source".into()),
+            ..InputError::file(
+                trace_file,
+                format!(
+                    "names `{source}`, which is in neither the working directory nor the trace's directory; {}",
+                    named.advice
+                ),
+            )
+        });
+    };
+    if shown != source {
+        eprintln!("note: the trace's spec `{source}` found as `{shown}`");
     }
-    let cwd = std::env::current_dir()
-        .and_then(std::fs::canonicalize)
-        .map_err(|e| InputError::usage(format!("cannot find the working directory: {e}")))?;
-    let trace_dir = std::fs::canonicalize(trace_file)
-        .ok()
-        .and_then(|t| t.parent().map(Path::to_path_buf));
-    let trusted = |real: &Path| {
-        real.starts_with(&cwd) || trace_dir.as_deref().is_some_and(|d| real.starts_with(d))
-    };
-    let candidates: Vec<PathBuf> = if path.is_absolute() {
-        vec![path.to_path_buf()]
-    } else {
-        let above_trace = trace_dir
-            .iter()
-            .flat_map(|dir| dir.ancestors())
-            .enumerate()
-            .filter(|(i, dir)| *i == 0 || dir.starts_with(&cwd))
-            .map(|(_, dir)| dir.join(path));
-        std::iter::once(cwd.join(path)).chain(above_trace).collect()
-    };
-    for candidate in candidates {
-        let Ok(real) = std::fs::canonicalize(&candidate) else {
-            continue;
-        };
-        if !trusted(&real) {
-            return Err(refuse(format!(
-                "names `{source}`, which leads outside the working directory and the trace's directory"
-            )));
-        }
-        let shown = candidate
-            .strip_prefix(&cwd)
-            .unwrap_or(&candidate)
-            .display()
-            .to_string();
-        if shown != source {
-            eprintln!("note: the trace's spec `{source}` found as `{shown}`");
-        }
-        return Ok(shown);
-    }
-    Err(refuse(format!(
-        "names `{source}`, which is in neither the working directory nor the trace's directory"
-    )))
+    Ok(shown)
 }
 
 /// Whether every request, rank and handle an action names exists in the model.
