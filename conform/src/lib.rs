@@ -130,12 +130,16 @@ pub fn discover(paths: &[String]) -> Result<Vec<String>, InputError> {
             runs.push(path.clone());
             continue;
         }
-        let mut engines: Vec<String> = std::fs::read_dir(dir)
+        let mut engines: Vec<String> = Vec::new();
+        for entry in std::fs::read_dir(dir)
             .map_err(|e| InputError::file(path, format!("cannot list: {e}")))?
             .filter_map(Result::ok)
             .filter(|e| e.path().join(HEADER_FILE).is_file())
-            .map(|e| dir.join(e.file_name()).display().to_string())
-            .collect();
+        {
+            let engine = dir.join(entry.file_name());
+            not_a_link(&engine)?;
+            engines.push(engine.display().to_string());
+        }
         if engines.is_empty() {
             // Not a run and no runs inside: the header is what is missing.
             Header::load(&dir.join(HEADER_FILE))?;
@@ -151,6 +155,20 @@ fn internal(run: &str, e: FrontError) -> InputError {
         run,
         format!("kvcc internal error in the aggregator front: {e}"),
     )
+}
+
+/// A recorded run's files and engine directories are read only as they are inside the
+/// directory the user named: a symbolic link there may lead outside it, or to another
+/// rank's file, whose reports would then count as this rank's. Refused, as `kvcc check
+/// DIR` refuses links inside a spec directory.
+fn not_a_link(path: &Path) -> Result<(), InputError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(InputError::file(
+            &path.display().to_string(),
+            "a symbolic link: kvcc reads a recorded run's files only as they are in its directory (a link may lead outside it, or to another rank's file)",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The rank files of a run, checked against its header.
@@ -215,6 +233,7 @@ fn rank_files(run: &str, header: &Header) -> Result<Vec<String>, InputError> {
 }
 
 fn open(path: &str) -> Result<BufReader<File>, InputError> {
+    not_a_link(Path::new(path))?;
     if !Path::new(path).exists() {
         return Err(InputError::file(
             path,
@@ -231,6 +250,7 @@ fn open(path: &str) -> Result<BufReader<File>, InputError> {
 pub fn check_run(run: &str, options: &Options) -> Result<RunReport, InputError> {
     let started = Instant::now();
     let dir = Path::new(run);
+    not_a_link(&dir.join(HEADER_FILE))?;
     let header = Header::load(&dir.join(HEADER_FILE))?;
     let files = rank_files(run, &header)?;
     let scheduler_file = dir.join(SCHEDULER_FILE).display().to_string();

@@ -192,8 +192,8 @@ fn issue16_smaller_defects_get_located_messages() {
 }
 
 /// Each of a recorded run's files in turn replaced by `replace` (given the emptied path)
-/// in a copy of a fixture run, and the copy conformed: refused as not a regular file.
-fn each_run_file_refused_when(replace: impl Fn(&Path)) {
+/// in a copy of a fixture run, and the copy conformed: refused with `message`.
+fn each_run_file_refused_when(replace: impl Fn(&Path), message: &str) {
     let fixture_run = root().join("tests/fixtures/runs/strict-duplicate");
     for replaced in ["header.json", "rank-1.jsonl", "scheduler.jsonl"] {
         let dir = tempfile::tempdir().unwrap();
@@ -204,16 +204,38 @@ fn each_run_file_refused_when(replace: impl Fn(&Path)) {
         let target = dir.path().join(replaced);
         std::fs::remove_file(&target).unwrap();
         replace(&target);
-        refused_quickly(
-            &["conform", dir.path().to_str().unwrap()],
-            "not a regular file",
-        );
+        refused_quickly(&["conform", dir.path().to_str().unwrap()], message);
     }
 }
 
+/// A link inside a run may lead to a device, outside the directory the user named, or to
+/// another rank's file (whose reports would count twice): each is refused as a link. The
+/// twin: the same copy with the file itself conforms as the fixture does.
 #[test]
-fn issue16_a_recorded_run_whose_files_link_to_a_device_is_refused() {
-    each_run_file_refused_when(|target| std::os::unix::fs::symlink("/dev/zero", target).unwrap());
+fn issue16_a_recorded_run_whose_files_are_links_is_refused() {
+    let link = "a symbolic link";
+    each_run_file_refused_when(
+        |target| std::os::unix::fs::symlink("/dev/zero", target).unwrap(),
+        link,
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = elsewhere.path().join("outside");
+    std::fs::write(&outside, "{}\n").unwrap();
+    each_run_file_refused_when(
+        |target| std::os::unix::fs::symlink(&outside, target).unwrap(),
+        link,
+    );
+    each_run_file_refused_when(
+        |target| std::os::unix::fs::symlink("rank-0.jsonl", target).unwrap(),
+        link,
+    );
+    let fixture_run = root().join("tests/fixtures/runs/strict-duplicate");
+    let (code, stdout, stderr) = run(&["conform", fixture_run.to_str().unwrap()]);
+    assert!(code == 0 || code == 1, "{stdout}{stderr}");
+    // An engine directory that is a link is refused too.
+    let runs = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&fixture_run, runs.path().join("prefill")).unwrap();
+    refused_quickly(&["conform", runs.path().to_str().unwrap()], link);
 }
 
 /// Runs a check of a hostile fixture with `limits` on `threads` threads; returns its
@@ -306,7 +328,7 @@ fn issue23_a_fifo_is_refused_at_once_by_every_reader() {
     refused_quickly(&["replay", &trace], not_regular);
 
     // A file of a recorded run.
-    each_run_file_refused_when(mkfifo);
+    each_run_file_refused_when(mkfifo, "not a regular file");
 
     // A shard file.
     refused_quickly(&["merge", fifo], not_regular);
