@@ -3,7 +3,7 @@
 //! says what `ok` means and never wraps in a log, a reproducer that runs in any clone,
 //! and spec errors that are all reported, in the words of values.
 
-use crate::common::{kvcc, output, root, run, KVCC};
+use crate::common::{fixture, kvcc, output, root, run, KVCC};
 use std::path::Path;
 
 /// The `Commands:` section of `kvcc --help`: (name, description) per line.
@@ -351,6 +351,23 @@ fn issue26_a_spec_with_two_typos_reports_both_in_words_of_values() {
     }
     for rust in ["u16", "u64", "a boolean"] {
         assert!(!stderr.contains(rust), "a Rust type, `{rust}`: {stderr}");
+    }
+
+    // A limit of 0 would end every check before it began, inconclusive: refused as the
+    // schema says (minimum 1), in the spec and on the command line.
+    for limit in ["max-states", "timeout-seconds"] {
+        let (code, stderr) = check_text(
+            "zero.toml",
+            &format!("version = 1\nrequests = 1\nexpected-count = \"world-size\"\n\n[prefill]\ntp = 1\n\n[decode]\ntp = 1\n\n[expect]\nverdict = \"holds\"\n\n[limits]\n{limit} = 0\n"),
+        );
+        assert_eq!(code, 2, "{stderr}");
+        let message = format!("error: limits.{limit}: got 0, expected a whole number, 1 or more");
+        assert!(stderr.contains(&message), "{stderr}");
+        assert!(stderr.contains("zero.toml:15:"), "{stderr}");
+    }
+    for flag in ["--max-states", "--timeout"] {
+        let (code, _, stderr) = run(&["check", &fixture("seed-59325.toml"), flag, "0"]);
+        assert_eq!(code, 2, "{flag}: {stderr}");
     }
 }
 

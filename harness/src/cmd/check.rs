@@ -53,13 +53,13 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=THREADS_MAX))]
     pub threads: Option<u32>,
     /// Stop a check after this many unique states (overrides the spec's `[limits]`).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_states: Option<u64>,
     /// Stop a check beyond this depth (overrides the spec's `[limits]`).
     #[arg(long, value_name = "N")]
     pub max_depth: Option<u32>,
     /// Stop a check after this many seconds (overrides the spec's `[limits]`).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: Option<u64>,
     /// Stop a check when kvcc's resident memory reaches SIZE (bytes, or with a K, M, G
     /// or T suffix: `2G`) [default: 80% of the machine's memory]. Reaching it makes the

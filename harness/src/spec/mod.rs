@@ -33,6 +33,7 @@ use kvcc_model::Config;
 use kvcc_model::InputError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use std::num::NonZeroU64;
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
@@ -190,13 +191,11 @@ struct WhenToml {
 #[schemars(rename = "limits")]
 struct LimitsToml {
     /// The most unique states a check explores.
-    #[schemars(range(min = 1))]
-    max_states: Option<u64>,
+    max_states: Option<NonZeroU64>,
     /// The deepest a check's search goes, in steps from the initial state.
     max_depth: Option<u32>,
     /// The most wall-clock seconds a check runs.
-    #[schemars(range(min = 1))]
-    timeout_seconds: Option<u64>,
+    timeout_seconds: Option<NonZeroU64>,
 }
 
 fn key(k: &str) -> Seg {
@@ -265,9 +264,9 @@ impl Spec {
             None => Limits::default(),
             Some(v) => match deserialize::<LimitsToml>(&source, &[key("limits")], v) {
                 Ok(l) => Limits {
-                    max_states: l.max_states,
+                    max_states: l.max_states.map(NonZeroU64::get),
                     max_depth: l.max_depth,
-                    timeout: l.timeout_seconds.map(Duration::from_secs),
+                    timeout: l.timeout_seconds.map(|s| Duration::from_secs(s.get())),
                     // A spec describes the model, not the machine it is checked on.
                     max_memory: None,
                 },
@@ -829,6 +828,7 @@ fn plain_message(message: &str, schema: Option<&serde_json::Value>) -> String {
         "u16" => bounds(0, u16::MAX.into()),
         "u32" => bounds(0, u32::MAX.into()),
         "u64" | "usize" => bounds(0, u64::MAX.into()),
+        "a nonzero u64" => bounds(1, u64::MAX.into()),
         "i64" => bounds(i64::MIN.into(), i64::MAX.into()),
         "a boolean" => "true or false".to_string(),
         "a string" => "text in quotes".to_string(),
