@@ -89,6 +89,22 @@ fn issue16_a_trace_naming_a_spec_in_the_working_tree_still_replays() {
     assert_eq!(code, 0, "{stdout}{stderr}");
 }
 
+/// A value the trace's `#meta.point` writes is wrong: the error names the trace and its
+/// field, not the spec line the value would have replaced.
+#[test]
+fn issue16_a_bad_value_in_a_traces_point_is_reported_at_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace_naming(dir.path(), &fixture("seed-59325.toml"));
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    doc["#meta"]["point"] = r#"{"prefill.pcp":-1}"#.into();
+    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
+    let at = format!("error: {trace}: #meta.point: prefill.pcp: got -1");
+    refused_quickly(&["replay", &trace], &at);
+    let (_, _, stderr) = run(&["replay", &trace]);
+    assert!(!stderr.contains("seed-59325.toml:"), "{stderr}");
+}
+
 #[test]
 fn issue16_replay_of_an_unknown_clause_is_an_input_error() {
     let dir = tempfile::tempdir().unwrap();

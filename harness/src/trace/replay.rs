@@ -275,7 +275,16 @@ pub fn case_of(
         .and_then(|own| Spec::load(&own).ok())
         .and_then(|own| own.config_for_recorded(&point, None).ok())
         .map(|(config, _)| config);
-    let (config, notes) = spec.config_for_recorded(&point, recorded.as_ref())?;
+    // A value the trace's point wrote is the trace's to answer for, not the spec's.
+    let (config, notes) = spec
+        .config_for_recorded(&point, recorded.as_ref())
+        .map_err(|e| match e.field.as_deref() {
+            Some(path) if point.get(path).is_some() => InputError {
+                field: Some("#meta.point".into()),
+                ..InputError::file(file, format!("{path}: {}", e.message))
+            },
+            _ => e,
+        })?;
     for note in notes {
         eprintln!("note: {note}");
     }
