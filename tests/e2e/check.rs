@@ -191,6 +191,11 @@ fn bad_matrix_path_and_bad_property_name_exit_2() {
             "matrix.\"prefill.pcq\": `prefill.pcq` is not a Config field path",
         ),
         (
+            "\"prefill.pcp\" = [1, 2, 4]",
+            "\"prefill.pcp\" = [1, 2, 2]",
+            "matrix.\"prefill.pcp\": 2 is in the list twice",
+        ),
+        (
             "violates = [\"eventually-freed\", \"aggregator-drains\"]",
             "violates = [\"eventually-freed\", \"aggregator-drain\"]",
             "expect.violates[1]: unknown property `aggregator-drain`",

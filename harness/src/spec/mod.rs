@@ -947,6 +947,20 @@ fn matrix_entries(source: &Source, matrix: toml::Value) -> Result<Vec<MatrixEntr
                 Err(source.error(&segs, Part::Value, "an empty list gives no matrix point"))
             }
             toml::Value::Array(values) => {
+                // A value twice would check its points twice, and `kvcc merge` could not
+                // tell the two checks apart.
+                if let Some(twice) = values
+                    .iter()
+                    .enumerate()
+                    .find(|(i, v)| values[..*i].contains(v))
+                    .map(|(_, v)| v)
+                {
+                    return Err(source.error(
+                        &segs,
+                        Part::Value,
+                        format!("{} is in the list twice", value_text(twice)),
+                    ));
+                }
                 entries.push(MatrixEntry { path, values, segs });
                 Ok(())
             }
