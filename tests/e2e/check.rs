@@ -180,6 +180,34 @@ fn matrix_value_errors_point_at_the_matrix_entry() {
     );
 }
 
+/// A topology the matrix makes impossible (each value fine alone, their product beyond
+/// kvcc's world size) points at the matrix values that made it, naming each, not at the
+/// `[prefill]` table the spec wrote.
+#[test]
+fn a_world_size_the_matrix_makes_impossible_points_at_the_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.toml");
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace(
+            "\"prefill.pcp\" = [1, 2, 4]",
+            "\"prefill.pcp\" = [1, 16]\n\"prefill.tp\" = [1, 16]",
+        );
+    std::fs::write(&file, &text).unwrap();
+    let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("(from [matrix] \"prefill.pcp\" = 16, \"prefill.tp\" = 16)"),
+        "{stderr}"
+    );
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("\"prefill.pcp\""))
+        .unwrap()
+        + 1;
+    assert!(stderr.contains(&format!("big.toml:{line}:")), "{stderr}");
+}
+
 #[test]
 fn bad_matrix_path_and_bad_property_name_exit_2() {
     let dir = tempfile::tempdir().unwrap();

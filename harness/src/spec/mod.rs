@@ -566,6 +566,28 @@ impl Spec {
                 return self.source.error_at(span, field, message);
             }
         }
+        // An error about a whole table (a topology's world size) that matrix values inside
+        // it made: at the first of them, naming each.
+        let inside: Vec<(&MatrixEntry, usize)> = self
+            .matrix
+            .iter()
+            .filter(|e| e.path.starts_with(&format!("{dotted}.")))
+            .filter_map(|e| {
+                let value = point.get(&e.path)?;
+                Some((e, e.values.iter().position(|x| x == value)?))
+            })
+            .collect();
+        if let Some(&(first, i)) = inside.first() {
+            let mut at = first.segs.clone();
+            at.push(Seg::Index(i));
+            let span = self.source.locate(&at, Part::Value);
+            let values: Vec<String> = inside
+                .iter()
+                .map(|(e, i)| format!("\"{}\" = {}", e.path, value_text(&e.values[*i])))
+                .collect();
+            let message = format!("{} (from [matrix] {})", message.into(), values.join(", "));
+            return self.source.error_at(span, field, message);
+        }
         self.source
             .error_at(self.source.locate(segs, part), field, message)
     }
