@@ -189,7 +189,7 @@ impl Header {
                 ))
             }
         }
-        let header: Header = serde_json::from_str(text).map_err(|e| json_error(&file, 0, &e))?;
+        let header: Header = from_json(&file, 0, text.as_bytes())?;
         header.validate(&file)?;
         Ok(header)
     }
@@ -221,7 +221,28 @@ impl Header {
 }
 
 /// A serde_json error at `line` of a JSON Lines file (0: the error's own line counts).
-pub fn json_error(file: &str, line: u64, e: &serde_json::Error) -> InputError {
+/// Parses one JSON document of `file` (line `line`; 0 for a whole file). An error names
+/// the field it is in: the text is parsed again with the path tracked, so only a line
+/// that fails pays for it.
+pub fn from_json<'a, T: Deserialize<'a>>(
+    file: &str,
+    line: u64,
+    text: &'a [u8],
+) -> Result<T, InputError> {
+    serde_json::from_slice(text).map_err(|e| {
+        let mut error = json_error(file, line, &e);
+        let mut tracked = serde_json::Deserializer::from_slice(text);
+        if let Err(traced) = serde_path_to_error::deserialize::<_, T>(&mut tracked) {
+            let path = traced.path().to_string();
+            if path != "." {
+                error.field = Some(path);
+            }
+        }
+        error
+    })
+}
+
+fn json_error(file: &str, line: u64, e: &serde_json::Error) -> InputError {
     let at_line = if line == 0 { e.line() as u64 } else { line };
     let message = match e.classify() {
         serde_json::error::Category::Eof => {
@@ -783,6 +804,19 @@ mod tests {
         assert!(matches!(sent[0].0, Cow::Borrowed("a")));
         assert_eq!(sent[1].0, "b\"c");
         assert!(line.finished_recving.is_none());
+    }
+
+    /// A line that fails names the field its error is in (a value of the wrong kind deep
+    /// in a set, a number too large for a step); the twin, a good line, parses.
+    #[test]
+    fn a_failing_line_names_its_field() {
+        let field = |text: &str| from_json::<RankLine>("r.jsonl", 7, text.as_bytes()).err();
+        let e = field(r#"{"step": 1, "finished_sending": ["a", [1]]}"#).unwrap();
+        assert_eq!(e.field.as_deref(), Some("finished_sending[1]"), "{e}");
+        assert_eq!(e.at.map(|(line, _)| line), Some(7));
+        let e = field(r#"{"step": 18446744073709551616}"#).unwrap();
+        assert_eq!(e.field.as_deref(), Some("step"), "{e}");
+        assert!(field(r#"{"step": 1, "finished_sending": ["a"]}"#).is_none());
     }
 
     #[test]

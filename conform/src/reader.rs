@@ -9,7 +9,7 @@
 //! sends it to the consumer, which submits it once the scheduler events before that step
 //! have been applied.
 
-use super::format::{json_error, line_error, EventKind, EventLine, IdText, Lines, RankLine};
+use super::format::{from_json, line_error, EventKind, EventLine, IdText, Lines, RankLine};
 use super::intern::{IdNum, Interner};
 use crate::Front;
 use kvcc_aggregator::{FrontError, Rank, Step, WorkerOutput};
@@ -201,7 +201,7 @@ pub fn read_events<R: BufRead>(mut lines: Lines<R>, to_consumer: SyncSender<Even
 
 /// Parses line `line` of the scheduler log; `floor` is the step of the event before it.
 fn parse_event(text: &[u8], file: &str, line: u64, floor: Step) -> Result<Event, InputError> {
-    let event: EventLine = serde_json::from_slice(text).map_err(|e| json_error(file, line, &e))?;
+    let event: EventLine = from_json(file, line, text)?;
     if event.step < floor {
         return Err(line_error(
             file,
@@ -231,7 +231,7 @@ pub fn parse(
     expected: Step,
     interner: &Interner,
 ) -> Result<RankStep, InputError> {
-    let parsed: RankLine = serde_json::from_slice(text).map_err(|e| json_error(file, line, &e))?;
+    let parsed: RankLine = from_json(file, line, text)?;
     let bad = |needle: &str, message: String| line_error(file, line, text, needle, message);
     if parsed.step != expected {
         let message = if parsed.step < expected {
