@@ -400,7 +400,7 @@ fn too_long(file: &str, line: u64, start: &[u8]) -> InputError {
         at: Some((line as usize, column)),
         field,
         message: format!(
-            "line longer than {} MiB, the most one line may hold (one rank's output for one step); reading stopped there",
+            "line longer than {} MiB, the most one line may hold (a rank's output for one step, or one scheduler event); reading stopped there",
             LINE_BYTES_MAX >> 20
         ),
         ..InputError::default()

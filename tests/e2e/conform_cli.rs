@@ -617,7 +617,7 @@ fn issue23_a_line_past_the_cap_is_refused_with_its_file_line_and_field() {
     assert_eq!(
         stderr.trim_end(),
         format!(
-            "error: {}:2:13: finished_sending: line longer than 4 MiB, the most one line may hold (one rank's output for one step); reading stopped there",
+            "error: {}:2:13: finished_sending: line longer than 4 MiB, the most one line may hold (a rank's output for one step, or one scheduler event); reading stopped there",
             dir.file("rank-1.jsonl")
         )
     );
