@@ -21,9 +21,8 @@ use std::path::{Path, PathBuf};
 /// given twice or a shard of another run is an input error (exit 2), never a green merge.
 /// Each spec is read again (run merge where the shards ran: a spec or trace a line names
 /// is followed only inside the working directory or the shard's own): its content must
-/// be what the shards checked, each line's
-/// point one of its points and each expectation its own; whether a verdict matches is
-/// recomputed. An input error any shard reported is reported again (exit 2). Otherwise
+/// be what the shards checked, each line's point one of its points and each expectation
+/// its own; whether a verdict matches is recomputed. An input error any shard reported is reported again (exit 2). Otherwise
 /// exit 0 when every verdict matches its expectation, 1 when any differs.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
