@@ -19,7 +19,8 @@ pub struct Named<'a> {
 }
 
 impl Named<'_> {
-    fn refuse(&self, message: String) -> InputError {
+    /// The error refusing the path: `message`, then the advice, at the naming field.
+    pub fn refuse(&self, message: String) -> InputError {
         InputError {
             field: Some(self.field.to_string()),
             ..InputError::file(self.file, format!("{message}; {}", self.advice))

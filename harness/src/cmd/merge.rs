@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 /// Each spec is read again (run merge where the shards ran: a spec or trace a line names
 /// is followed only inside the working directory or the shard's own): its content must
 /// be what the shards checked, each line's point one of its points and each expectation
-/// its own; whether a verdict matches is recomputed. An input error any shard reported is reported again (exit 2). Otherwise
-/// exit 0 when every verdict matches its expectation, 1 when any differs.
+/// its own; whether a verdict matches is recomputed. An input error any shard reported
+/// is reported again (exit 2). Otherwise exit 0 when every verdict matches its
+/// expectation, 1 when any differs.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -133,13 +134,10 @@ fn read(
         }
         match json::read(line) {
             Ok(Read::Check(checked)) => {
-                let entry_at = |field: &str, e: InputError| InputError {
-                    file: Some(file.to_string()),
+                check_traces(file, &checked.outcome.traces).map_err(|e| InputError {
                     at: Some((i + 1, 1)),
-                    field: Some(field.to_string()),
                     ..e
-                };
-                check_traces(file, &checked.outcome.traces).map_err(|e| entry_at("traces", e))?;
+                })?;
                 entries.push(Entry {
                     checked: *checked,
                     file: file.to_string(),

@@ -911,17 +911,17 @@ fn serde_failure(path: &serde_path_to_error::Path, message: &str) -> (Vec<Seg>, 
     (segs.clone(), segs, Part::Value)
 }
 
-/// Writes `value` at a dotted path, creating tables on the way.
 /// The value at a dotted Config path of `table`, if it has one.
 fn get_path<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
-    let (tables, last) = path.rsplit_once('.').map_or(("", path), |(t, l)| (t, l));
-    let mut table = table;
-    for seg in tables.split('.').filter(|s| !s.is_empty()) {
-        table = table.get(seg)?.as_table()?;
+    let mut segments = path.split('.');
+    let mut value = table.get(segments.next()?)?;
+    for seg in segments {
+        value = value.as_table()?.get(seg)?;
     }
-    table.get(last)
+    Some(value)
 }
 
+/// Writes `value` at a dotted path, creating tables on the way.
 fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
     let mut segments = path.split('.').peekable();
     let mut table = table;

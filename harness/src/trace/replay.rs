@@ -304,16 +304,9 @@ fn recorded_spec(trace_file: &str, source: &str) -> Result<String, InputError> {
         advice: "pass --spec PATH to replay against a spec you name",
     };
     let Some(shown) = named.resolve()? else {
-        return Err(InputError {
-            field: Some("#meta.source".into()),
-            ..InputError::file(
-                trace_file,
-                format!(
-                    "names `{source}`, which is in neither the working directory nor the trace's directory; {}",
-                    named.advice
-                ),
-            )
-        });
+        return Err(named.refuse(format!(
+            "names `{source}`, which is in neither the working directory nor the trace's directory"
+        )));
     };
     if shown != source {
         eprintln!("note: the trace's spec `{source}` found as `{shown}`");
