@@ -2,6 +2,7 @@
 //! format. Fixtures are in tests/fixtures/ (single request, tp = 1, pcp = 2: fast).
 
 use crate::common::{error_at, fixture, kvcc, line_of, output, root, run};
+use std::path::Path;
 
 #[test]
 fn seed_59325_regression_and_fix_check_as_expected_exit_0() {
@@ -153,26 +154,29 @@ fn malformed_toml_exits_2_with_position() {
     assert_eq!(stderr.lines().count(), 1, "one line per error: {stderr}");
 }
 
+/// The matrix fixture with its `prefill.pcp` entry replaced by `entry`, written to `dir`
+/// as `name`: its path, and the line of that entry.
+fn matrix_fixture_with(dir: &Path, name: &str, entry: &str) -> (String, usize) {
+    let file = dir.join(name).display().to_string();
+    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
+        .unwrap()
+        .replace("\"prefill.pcp\" = [1, 2, 4]", entry);
+    std::fs::write(&file, text).unwrap();
+    let line = line_of(&file, "\"prefill.pcp\"");
+    (file, line)
+}
+
 #[test]
 fn matrix_value_errors_point_at_the_matrix_entry() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("zero.toml");
-    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
-        .unwrap()
-        .replace("\"prefill.pcp\" = [1, 2, 4]", "\"prefill.pcp\" = [1, 0]");
-    std::fs::write(&file, &text).unwrap();
-    let line = text
-        .lines()
-        .position(|l| l.starts_with("\"prefill.pcp\""))
-        .unwrap()
-        + 1;
-    let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+    let (file, line) = matrix_fixture_with(dir.path(), "zero.toml", "\"prefill.pcp\" = [1, 0]");
+    let (code, _, stderr) = run(&["check", &file]);
     assert_eq!(code, 2);
     assert!(
         error_at(
             &stderr,
             "prefill.pcp: must be at least 1 (from [matrix] \"prefill.pcp\")",
-            file.to_str().unwrap(),
+            &file,
             line,
             21
         ),
@@ -186,25 +190,17 @@ fn matrix_value_errors_point_at_the_matrix_entry() {
 #[test]
 fn a_world_size_the_matrix_makes_impossible_points_at_the_matrix() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("big.toml");
-    let text = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml")))
-        .unwrap()
-        .replace(
-            "\"prefill.pcp\" = [1, 2, 4]",
-            "\"prefill.pcp\" = [1, 16]\n\"prefill.tp\" = [1, 16]",
-        );
-    std::fs::write(&file, &text).unwrap();
-    let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
+    let (file, line) = matrix_fixture_with(
+        dir.path(),
+        "big.toml",
+        "\"prefill.pcp\" = [1, 16]\n\"prefill.tp\" = [1, 16]",
+    );
+    let (code, _, stderr) = run(&["check", &file]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("(from [matrix] \"prefill.pcp\" = 16, \"prefill.tp\" = 16)"),
         "{stderr}"
     );
-    let line = text
-        .lines()
-        .position(|l| l.starts_with("\"prefill.pcp\""))
-        .unwrap()
-        + 1;
     assert!(stderr.contains(&format!("big.toml:{line}:")), "{stderr}");
 }
 

@@ -49,11 +49,17 @@ fn trace_naming(dir: &Path, source: &str) -> String {
         .map(|e| e.unwrap().path())
         .find(|p| p.to_string_lossy().ends_with(".itf.json"))
         .expect("a trace written");
+    let trace = trace.display().to_string();
+    edit_meta(&trace, "source", source);
+    trace
+}
+
+/// Sets `#meta.KEY` of the trace at `trace` to `value`.
+fn edit_meta(trace: &str, key: &str, value: &str) {
     let mut doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    doc["#meta"]["source"] = source.into();
-    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
-    trace.display().to_string()
+        serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    doc["#meta"][key] = value.into();
+    std::fs::write(trace, serde_json::to_string(&doc).unwrap()).unwrap();
 }
 
 #[test]
@@ -95,10 +101,7 @@ fn issue16_a_trace_naming_a_spec_in_the_working_tree_still_replays() {
 fn issue16_a_bad_value_in_a_traces_point_is_reported_at_the_trace() {
     let dir = tempfile::tempdir().unwrap();
     let trace = trace_naming(dir.path(), &fixture("seed-59325.toml"));
-    let mut doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    doc["#meta"]["point"] = r#"{"prefill.pcp":-1}"#.into();
-    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
+    edit_meta(&trace, "point", r#"{"prefill.pcp":-1}"#);
     let at = format!("error: {trace}: #meta.point: prefill.pcp: got -1");
     refused_quickly(&["replay", &trace], &at);
     let (_, _, stderr) = run(&["replay", &trace]);
@@ -109,10 +112,7 @@ fn issue16_a_bad_value_in_a_traces_point_is_reported_at_the_trace() {
 fn issue16_replay_of_an_unknown_clause_is_an_input_error() {
     let dir = tempfile::tempdir().unwrap();
     let trace = trace_naming(dir.path(), &fixture("seed-59325.toml"));
-    let mut doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    doc["#meta"]["clause"] = "no-such-clause".into();
-    std::fs::write(&trace, serde_json::to_string(&doc).unwrap()).unwrap();
+    edit_meta(&trace, "clause", "no-such-clause");
     refused_quickly(&["replay", &trace], "#meta.clause: kvcc");
 }
 
