@@ -21,9 +21,10 @@
 //! [`HashedAggregator`] is the same logic with its entries in a hash map, for callers that
 //! only count (see the `entries` module).
 
+pub use crate::entries::HashedEntries;
 pub use crate::entries::{Entry, Rank};
-use crate::entries::{EntryMap, FixedHasher, OrderedEntryMap, RankSet, SortedEntries};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use crate::entries::{EntryMap, Fate, OrderedEntryMap, RankSet, SortedEntries};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::hash::Hash;
 
@@ -214,9 +215,6 @@ pub type HashedAggregator<Id> = Aggregator<Id, HashedEntries<Id>>;
 /// The aggregator with its entries in a short sorted vector: the model's, whose
 /// scenarios hold a few ids ([`SortedEntries`]).
 pub type SortedAggregator<Id> = Aggregator<Id, SortedEntries<Id>>;
-
-/// The hash map a [`HashedAggregator`] keeps its entries in.
-pub type HashedEntries<Id> = HashMap<Id, Entry, FixedHasher>;
 
 impl<Id: Ord + Clone> Aggregator<Id> {
     /// An aggregator expecting `expected` reports per id (must be at least 1).
@@ -446,96 +444,91 @@ impl<Id: Ord + Clone, Map: EntryMap<Id>> Aggregator<Id, Map> {
         }
     }
 
-    /// Counts one report, or records why `Strict` refuses it. The id is looked up by
-    /// reference and cloned only when a countdown opens or an id is emitted: a `String`
-    /// id cloned per report cost an allocation per report.
+    /// Counts one report, or records why `Strict` refuses it. The id is looked up once,
+    /// by reference, and cloned only when a countdown opens or an id is emitted: a
+    /// `String` id cloned per report cost an allocation per report.
     fn report(&mut self, rank: Rank, direction: Direction, id: &Id, outcome: &mut StepOutcome<Id>) {
         let strict = self.policy == Policy::Strict;
         let expected = self.expected;
-        let entries = self.entries_mut(direction);
-        let Some(entry) = entries.get_mut(id) else {
-            if strict {
-                return refuse(outcome, ViolationKind::Unannounced, direction, id, rank);
-            }
-            // `Countdown` opens a countdown at the current `E` on any first report, which
-            // counts at once.
-            if expected == 1 {
-                outcome.finished_mut(direction).insert(id.clone());
-            } else {
-                entries.insert(
-                    id.clone(),
-                    Entry::Open {
-                        remaining: expected - 1,
-                        reporters: RankSet::default(),
-                        announced: false,
-                    },
-                );
-            }
-            return;
-        };
-        let mut refused = |kind| refuse(outcome, kind, direction, id, rank);
-        let quorum = match entry {
-            Entry::Announced if expected > 1 => {
-                *entry = Entry::Open {
-                    remaining: expected - 1,
-                    reporters: RankSet::of(rank),
-                    announced: true,
-                };
-                return;
-            }
-            Entry::Announced => RankSet::of(rank),
-            Entry::Open { announced, .. } if strict && !*announced => {
-                return refused(ViolationKind::Unannounced)
-            }
-            Entry::Open { reporters, .. } if reporters.contains(rank) => {
-                return refused(ViolationKind::DuplicateReport)
-            }
-            Entry::Open {
-                remaining,
-                reporters,
-                ..
-            } => {
-                *remaining -= 1;
+        let mut emitted = false;
+        let removed = self.entries_mut(direction).settle(id, |entry| {
+            let mut refused = |kind| {
+                outcome.violations.push(Violation {
+                    kind,
+                    direction,
+                    id: id.clone(),
+                    rank,
+                });
+                Fate::Keep
+            };
+            let Some(entry) = entry else {
                 if strict {
-                    reporters.insert(rank);
+                    return refused(ViolationKind::Unannounced);
                 }
-                if *remaining > 0 {
-                    return;
+                // `Countdown` opens a countdown at the current `E` on any first report,
+                // which counts at once.
+                if expected == 1 {
+                    emitted = true;
+                    return Fate::Keep;
                 }
-                std::mem::take(reporters)
+                return Fate::Put(Entry::Open {
+                    remaining: expected - 1,
+                    reporters: RankSet::default(),
+                    announced: false,
+                });
+            };
+            let quorum = match entry {
+                Entry::Announced if expected > 1 => {
+                    *entry = Entry::Open {
+                        remaining: expected - 1,
+                        reporters: RankSet::of(rank),
+                        announced: true,
+                    };
+                    return Fate::Keep;
+                }
+                Entry::Announced => RankSet::of(rank),
+                Entry::Open { announced, .. } if strict && !*announced => {
+                    return refused(ViolationKind::Unannounced)
+                }
+                // `Countdown` keeps no reporters: nothing to look up.
+                Entry::Open { reporters, .. } if strict && reporters.contains(rank) => {
+                    return refused(ViolationKind::DuplicateReport)
+                }
+                Entry::Open {
+                    remaining,
+                    reporters,
+                    ..
+                } => {
+                    *remaining -= 1;
+                    if strict {
+                        reporters.insert(rank);
+                    }
+                    if *remaining > 0 {
+                        return Fate::Keep;
+                    }
+                    std::mem::take(reporters)
+                }
+                Entry::Emitted { quorum } if quorum.contains(rank) => {
+                    return refused(ViolationKind::ReportAfterEmission)
+                }
+                Entry::Emitted { .. } => return refused(ViolationKind::ReportBeyondExpected),
+            };
+            // The countdown reached zero: emit. `Strict` remembers who emitted, to
+            // classify later reports; `Countdown` forgets the id, as vLLM does.
+            emitted = true;
+            if strict {
+                *entry = Entry::Emitted { quorum };
+                Fate::Keep
+            } else {
+                Fate::Remove
             }
-            Entry::Emitted { quorum } if quorum.contains(rank) => {
-                return refused(ViolationKind::ReportAfterEmission)
-            }
-            Entry::Emitted { .. } => return refused(ViolationKind::ReportBeyondExpected),
-        };
-        // The countdown reached zero: emit. `Strict` remembers who emitted, to classify
-        // later reports; `Countdown` forgets the id, as vLLM does.
-        let emitted = if strict {
-            *entry = Entry::Emitted { quorum };
-            id.clone()
-        } else {
-            // The map's own copy of the id leaves with its entry: no clone.
-            entries.remove(id).unwrap_or_else(|| id.clone())
-        };
-        outcome.finished_mut(direction).insert(emitted);
+        });
+        if emitted {
+            // A removed entry's own copy of the id leaves with it: no clone.
+            let id = removed.unwrap_or_else(|| id.clone());
+            outcome.finished_mut(direction).insert(id);
+        }
     }
-}
-
-/// Records a report `Strict` would not count.
-fn refuse<Id: Ord + Clone>(
-    outcome: &mut StepOutcome<Id>,
-    kind: ViolationKind,
-    direction: Direction,
-    id: &Id,
-    rank: Rank,
-) {
-    outcome.violations.push(Violation {
-        kind,
-        direction,
-        id: id.clone(),
-        rank,
-    });
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@
 //! probes once ([`crate::HashedAggregator`]).
 
 use foldhash::fast::FixedState;
+use hashbrown::hash_table::{self, HashTable};
 use smallvec::SmallVec;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
 
 /// A worker's global rank in its engine (`0..world_size`).
 pub type Rank = u16;
@@ -77,6 +79,22 @@ pub trait EntryMap<Id>: Default {
     fn insert(&mut self, id: Id, entry: Entry);
     /// Removes `id`'s entry, returning the map's own copy of the id.
     fn remove(&mut self, id: &Id) -> Option<Id>;
+    /// Counts one report against `id`'s entry: `count` sees the entry (None when there is
+    /// none) and says what becomes of it. Returns the map's own copy of the id when the
+    /// entry was removed. Maps that can reuse one look-up for the change do.
+    fn settle(&mut self, id: &Id, count: impl FnOnce(Option<&mut Entry>) -> Fate) -> Option<Id>
+    where
+        Id: Clone,
+    {
+        match count(self.get_mut(id)) {
+            Fate::Keep => None,
+            Fate::Remove => self.remove(id),
+            Fate::Put(entry) => {
+                self.insert(id.clone(), entry);
+                None
+            }
+        }
+    }
     fn is_empty(&self) -> bool;
     fn len(&self) -> usize;
     /// Every entry, in the map's own order: by id for the ordered map; for the hash map,
@@ -209,42 +227,112 @@ impl<Id: Ord> FromIterator<(Id, Entry)> for SortedEntries<Id> {
 
 impl<Id: Ord> OrderedEntryMap<Id> for SortedEntries<Id> {}
 
-/// The hash map's hasher: foldhash with its fixed default seed, so runs repeat.
-pub type FixedHasher = FixedState;
+/// What a report leaves of an id's entry ([`EntryMap::settle`]).
+pub enum Fate {
+    /// The entry stays as the report left it (or stays absent).
+    Keep,
+    /// The entry goes: the countdown emitted and nothing is remembered of the id.
+    Remove,
+    /// The entry becomes this one (a countdown opens on a first report).
+    Put(Entry),
+}
 
-impl<Id: Eq + Hash> EntryMap<Id> for HashMap<Id, Entry, FixedHasher> {
+/// Entries in a hash table keyed by the id's hash under foldhash's fixed default seed, so
+/// runs repeat. A report finds its entry in one probe, and the insertion that opens a
+/// countdown or the removal that closes one reuses that probe ([`EntryMap::settle`]):
+/// a map that looked the id up again on each cost a second probe and a second comparison
+/// of texts for one report in four (`bench/src/aggregator.rs`).
+#[derive(Clone)]
+pub struct HashedEntries<Id>(HashTable<(Id, Entry)>);
+
+impl<Id> Default for HashedEntries<Id> {
+    fn default() -> Self {
+        HashedEntries(HashTable::new())
+    }
+}
+
+impl<Id: fmt::Debug> fmt::Debug for HashedEntries<Id> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(id, entry)| (id, entry)))
+            .finish()
+    }
+}
+
+fn hash_of<Id: Hash>(id: &Id) -> u64 {
+    FixedState::default().hash_one(id)
+}
+
+impl<Id: Eq + Hash> EntryMap<Id> for HashedEntries<Id> {
     fn get(&self, id: &Id) -> Option<&Entry> {
-        HashMap::get(self, id)
+        let found = self.0.find(hash_of(id), |(key, _)| key == id);
+        found.map(|(_, entry)| entry)
     }
 
     fn get_mut(&mut self, id: &Id) -> Option<&mut Entry> {
-        HashMap::get_mut(self, id)
+        let found = self.0.find_mut(hash_of(id), |(key, _)| key == id);
+        found.map(|(_, entry)| entry)
     }
 
     fn get_or_insert(&mut self, id: Id, new: Entry) -> &mut Entry {
-        self.entry(id).or_insert(new)
+        let hash = hash_of(&id);
+        let slot = self
+            .0
+            .entry(hash, |(key, _)| *key == id, |(key, _)| hash_of(key));
+        match slot {
+            hash_table::Entry::Occupied(found) => &mut found.into_mut().1,
+            hash_table::Entry::Vacant(room) => &mut room.insert((id, new)).into_mut().1,
+        }
     }
 
     fn insert(&mut self, id: Id, entry: Entry) {
-        HashMap::insert(self, id, entry);
+        *self.get_or_insert(id, Entry::Announced) = entry;
     }
 
     fn remove(&mut self, id: &Id) -> Option<Id> {
-        HashMap::remove_entry(self, id).map(|(id, _)| id)
+        let found = self.0.find_entry(hash_of(id), |(key, _)| key == id);
+        found.ok().map(|found| found.remove().0 .0)
+    }
+
+    fn settle(&mut self, id: &Id, count: impl FnOnce(Option<&mut Entry>) -> Fate) -> Option<Id>
+    where
+        Id: Clone,
+    {
+        // Most reports find an open countdown: a plain find serves them, and its entry
+        // removes an emitted one without a second probe. A miss then inserts where the
+        // table has room, comparing no ids.
+        let hash = hash_of(id);
+        match self.0.find_entry(hash, |(key, _)| key == id) {
+            Ok(mut found) => match count(Some(&mut found.get_mut().1)) {
+                Fate::Keep => None,
+                Fate::Remove => Some(found.remove().0 .0),
+                Fate::Put(entry) => {
+                    found.get_mut().1 = entry;
+                    None
+                }
+            },
+            Err(absent) => {
+                if let Fate::Put(entry) = count(None) {
+                    let table = absent.into_table();
+                    table.insert_unique(hash, (id.clone(), entry), |(key, _)| hash_of(key));
+                }
+                None
+            }
+        }
     }
 
     fn is_empty(&self) -> bool {
-        HashMap::is_empty(self)
+        self.0.is_empty()
     }
 
     fn len(&self) -> usize {
-        HashMap::len(self)
+        self.0.len()
     }
 
     fn iter<'a>(&'a self) -> impl Iterator<Item = (&'a Id, &'a Entry)>
     where
         Id: 'a,
     {
-        HashMap::iter(self)
+        self.0.iter().map(|(id, entry)| (id, entry))
     }
 }
