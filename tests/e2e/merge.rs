@@ -141,6 +141,29 @@ fn issue23_merge_refuses_shards_of_different_runs() {
     );
 }
 
+/// One edited shard among good ones is the one blamed. The broken twin: merge held
+/// every line to the first file's, so an edited first shard made it report each good
+/// shard as the odd one out (`checks` and `kvcc_version` at s2 and s3, none at s1).
+#[test]
+fn merge_blames_the_shard_that_differs_from_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = fixture("seed-59325-matrix.toml");
+    for (field, value) in [
+        ("checks", serde_json::json!(4)),
+        ("kvcc_version", "9.9.9".into()),
+    ] {
+        let files = shards(dir.path(), &spec, 3, &[]);
+        edit_lines(&files[0], |_, v| v[field] = value.clone());
+        let stderr = refused(&files, &files[0], 1, field);
+        for good in &files[1..] {
+            assert!(!stderr.contains(&format!("error: {good}:")), "{stderr}");
+        }
+        // Reversed, the edited file last: still it alone.
+        let reversed: Vec<String> = files.iter().rev().cloned().collect();
+        refused(&reversed, &files[0], 1, field);
+    }
+}
+
 /// The broken twin: before issue 23, merge read `matches` from the line, so an edited
 /// line turned a mismatch green (exit 0); it also trusted the line's expectation.
 #[test]

@@ -10,6 +10,8 @@ use crate::spec::point::Selector;
 use crate::spec::Spec;
 use crate::{Build, Exit};
 use kvcc_model::InputError;
+use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Combine the JSON lines of sharded `kvcc check --shard I/N --format json` runs into one
@@ -180,7 +182,7 @@ fn check_traces(shard: &str, traces: &[PathBuf]) -> Result<(), InputError> {
 /// Every line from one run: the same kvcc, settings, spec contents and plan. One error
 /// per file, at its first line that differs from the first line read.
 fn same_run(entries: &[Entry]) -> Vec<InputError> {
-    let Some(first) = entries.first() else {
+    let Some(first) = reference(entries) else {
         return Vec::new();
     };
     let mut errors = Vec::new();
@@ -236,9 +238,30 @@ fn same_run(entries: &[Entry]) -> Vec<InputError> {
     errors
 }
 
+/// The line most lines agree with on the run's identity (build, settings, run, its number
+/// of checks and of shards; a tie goes to the earliest): what every other line is held
+/// to, so one edited or stray line is blamed, not the good lines beside it.
+fn reference(entries: &[Entry]) -> Option<&Entry> {
+    let identity = |e: &Entry| {
+        let c = &e.checked;
+        let shards = c.at.shard.map(|s| s.count);
+        let fields = (&c.kvcc_version, &c.kvcc_commit, c.kvcc_dirty, &c.settings);
+        serde_json::to_string(&(fields, &c.run, c.at.checks, shards)).unwrap_or_default()
+    };
+    // identity → (lines holding it, the first of them)
+    let mut held: HashMap<String, (usize, usize)> = HashMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        held.entry(identity(e)).or_insert((0, i)).0 += 1;
+    }
+    let (_, first) = held
+        .into_values()
+        .max_by_key(|&(lines, first)| (lines, Reverse(first)))?;
+    entries.get(first)
+}
+
 /// Every check of the whole run exactly once, all from the same run size and shard count.
 fn coverage(entries: &[Entry]) -> Vec<InputError> {
-    let Some(first) = entries.first() else {
+    let Some(first) = reference(entries) else {
         return vec![InputError::usage("the files hold no check")];
     };
     let checks = first.checked.at.checks;
