@@ -240,8 +240,8 @@ pub enum Fate {
 /// Entries in a hash table keyed by the id's hash under foldhash's fixed default seed, so
 /// runs repeat. A report finds its entry in one probe, and the insertion that opens a
 /// countdown or the removal that closes one reuses that probe ([`EntryMap::settle`]):
-/// a map that looked the id up again on each cost a second probe and a second comparison
-/// of texts for one report in four (`bench/src/aggregator.rs`).
+/// looking the id up again to insert or remove it cost a second probe for one report in
+/// four of the aggregator benchmark's (8 ranks; `bench/src/aggregator.rs`).
 #[derive(Clone)]
 pub struct HashedEntries<Id>(HashTable<(Id, Entry)>);
 
