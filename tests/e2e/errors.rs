@@ -1,7 +1,7 @@
 //! Input errors as a compiler shows them (issue 13): the source line with the key
 //! underlined and the closest valid key, exit 2, and JUnit and JSON still written.
 
-use crate::common::{error_at, fixture, line_of, run};
+use crate::common::{error_at, fixture, line_of, root, run};
 
 #[test]
 fn issue_13_a_typo_shows_the_line_underlined_a_suggestion_and_still_writes_junit() {
@@ -104,4 +104,45 @@ fn misspelt_values_properties_and_matrix_paths_get_suggestions() {
     let (code, _, stderr) = run(&["check", file.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(!stderr.contains("did you mean"), "{stderr}");
+}
+
+/// A syntax error inside a value names the field it is in, as every other input error
+/// does; one outside any value (an unclosed header) names none rather than a wrong one.
+/// The broken twin: before, every syntax error read `invalid TOML: ...` with no field.
+#[test]
+fn a_syntax_error_in_a_value_names_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(root().join(fixture("seed-59325-matrix.toml"))).unwrap();
+    let cases = [
+        (
+            "requests = 1\n",
+            "requests = 99999999999999999999\n",
+            "requests",
+        ),
+        (
+            "[prefill]\n",
+            "[prefill]  # P\nrole = x y\n",
+            "prefill.role",
+        ),
+        (
+            "\"prefill.pcp\" = [",
+            "\"prefill.pcp\" = [x, ",
+            "matrix.\"prefill.pcp\"",
+        ),
+        ("[prefill]\n", "[prefill\n", ""),
+    ];
+    for (i, (from, to, field)) in cases.into_iter().enumerate() {
+        assert!(spec.contains(from), "the fixture has `{from}`");
+        let file = dir.path().join(format!("bad-{i}.toml"));
+        std::fs::write(&file, spec.replacen(from, to, 1)).unwrap();
+        let file = file.display().to_string();
+        let (code, _, stderr) = run(&["check", &file]);
+        assert_eq!(code, 2, "{stderr}");
+        // Without a field, the error is one line led by its place.
+        let title = match field {
+            "" => format!("error: {file}:8:9: invalid TOML: "),
+            field => format!("error: {field}: invalid TOML: "),
+        };
+        assert!(stderr.starts_with(&title), "want `{title}`: {stderr}");
+    }
 }

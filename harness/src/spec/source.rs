@@ -104,7 +104,7 @@ impl Source {
                 Err(InputError {
                     file: Some(file.to_string()),
                     at: at.or(Some((1, 1))),
-                    field: None,
+                    field: e.span().and_then(|s| field_at(&text, s.start)),
                     message: syntax_message(&text, e.span(), e.message()),
                     len: e.span().map_or(0, |s| underline_len(&text, s)),
                     help: None,
@@ -203,6 +203,66 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, column)
+}
+
+/// The field whose value holds byte `offset` of a document that does not parse: the key
+/// of a `key = value` line whose value holds it, under the nearest table header above.
+/// None where the offset is not in such a value (a header, a key, a comment): a syntax
+/// error names a field only where the line says which.
+pub fn field_at(text: &str, offset: usize) -> Option<String> {
+    let before = text.get(..offset)?;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let (key, _) = before[line_start..].split_once('=')?;
+    let key = match dotted_key(key)? {
+        (key, "") => key,
+        _ => return None,
+    };
+    let header = before[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .and_then(|l| match dotted_key(l.trim_start_matches('['))? {
+            (names, rest) if rest.starts_with(']') => Some(names),
+            _ => None,
+        });
+    let segs: Vec<Seg> = header
+        .into_iter()
+        .flatten()
+        .chain(key)
+        .map(Seg::Key)
+        .collect();
+    Some(field_path(&segs))
+}
+
+/// The parts of the TOML dotted key (`a.b`, `"a.b".c`) `text` starts with, and what
+/// follows it; None if it starts with none.
+fn dotted_key(text: &str) -> Option<(Vec<String>, &str)> {
+    let mut parts = Vec::new();
+    let mut rest = text.trim();
+    loop {
+        let part;
+        (part, rest) = match rest.chars().next()? {
+            quote @ ('"' | '\'') => {
+                let end = rest[1..].find(quote)? + 1;
+                (&rest[1..end], &rest[end + 1..])
+            }
+            _ => {
+                let bare = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+                let end = rest.find(|c| !bare(c)).unwrap_or(rest.len());
+                (&rest[..end], &rest[end..])
+            }
+        };
+        if part.is_empty() {
+            return None;
+        }
+        parts.push(part.to_string());
+        rest = rest.trim_start();
+        match rest.strip_prefix('.') {
+            Some(after) => rest = after.trim_start(),
+            None => return Some((parts, rest)),
+        }
+    }
 }
 
 /// A multi-line parser message on one line.
