@@ -444,9 +444,10 @@ impl<Id: Ord + Clone, Map: EntryMap<Id>> Aggregator<Id, Map> {
         }
     }
 
-    /// Counts one report, or records why `Strict` refuses it. The id is looked up once,
-    /// by reference, and cloned only when a countdown opens or an id is emitted: a
-    /// `String` id cloned per report cost an allocation per report.
+    /// Counts one report, or records why `Strict` refuses it. The id is looked up by
+    /// reference (once, where the map can: [`EntryMap::settle`]) and cloned only when a
+    /// countdown opens or an id is emitted: a `String` id cloned per report cost an
+    /// allocation per report.
     fn report(&mut self, rank: Rank, direction: Direction, id: &Id, outcome: &mut StepOutcome<Id>) {
         let strict = self.policy == Policy::Strict;
         let expected = self.expected;

@@ -238,10 +238,11 @@ pub enum Fate {
 }
 
 /// Entries in a hash table keyed by the id's hash under foldhash's fixed default seed, so
-/// runs repeat. A report finds its entry in one probe, and the insertion that opens a
-/// countdown or the removal that closes one reuses that probe ([`EntryMap::settle`]):
-/// looking the id up again to insert or remove it cost a second probe for one report in
-/// four of the aggregator benchmark's (8 ranks; `bench/src/aggregator.rs`).
+/// runs repeat. A report finds its entry in one probe, and the removal that closes a
+/// countdown reuses it ([`EntryMap::settle`]); the insertion that opens one probes only
+/// for room, comparing no ids. Looking the id up again to insert or remove it cost a
+/// second probe for one report in four of the aggregator benchmark's (8 ranks;
+/// `bench/src/aggregator.rs`).
 #[derive(Clone)]
 pub struct HashedEntries<Id>(HashTable<(Id, Entry)>);
 

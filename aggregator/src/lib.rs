@@ -25,6 +25,6 @@ pub use crate::core::{
     HashedEntries, Policy, Rank, SortedAggregator, StepOutcome, Violation, ViolationKind,
     WorkerOutput,
 };
-pub use crate::entries::{EntryMap, OrderedEntryMap, SortedEntries};
+pub use crate::entries::{EntryMap, Fate, OrderedEntryMap, SortedEntries};
 pub use crate::front::{ConcurrentAggregator, FrontError, Step};
 pub use crate::name::RequestName;

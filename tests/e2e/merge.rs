@@ -143,7 +143,8 @@ fn issue23_merge_refuses_shards_of_different_runs() {
 
 /// One edited shard among good ones is the one blamed. The broken twin: merge held
 /// every line to the first file's, so an edited first shard made it report each good
-/// shard as the odd one out (`checks` and `kvcc_version` at s2 and s3, none at s1).
+/// shard as the odd one out (`checks`, `kvcc_version` and `spec_hash` at s2 and s3, none
+/// at s1).
 #[test]
 fn merge_blames_the_shard_that_differs_from_the_rest() {
     let dir = tempfile::tempdir().unwrap();
@@ -151,6 +152,7 @@ fn merge_blames_the_shard_that_differs_from_the_rest() {
     for (field, value) in [
         ("checks", serde_json::json!(4)),
         ("kvcc_version", "9.9.9".into()),
+        ("spec_hash", "0123456789abcdef".into()),
     ] {
         let files = shards(dir.path(), &spec, 3, &[]);
         edit_lines(&files[0], |_, v| v[field] = value.clone());

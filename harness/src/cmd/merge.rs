@@ -180,7 +180,8 @@ fn check_traces(shard: &str, traces: &[PathBuf]) -> Result<(), InputError> {
 }
 
 /// Every line from one run: the same kvcc, settings, spec contents and plan. One error
-/// per file, at its first line that differs from the first line read.
+/// per file, at its first line that differs from what most lines hold ([`reference`],
+/// and for a spec's content the hash most of its lines hold).
 fn same_run(entries: &[Entry]) -> Vec<InputError> {
     let Some(first) = reference(entries) else {
         return Vec::new();
@@ -192,10 +193,13 @@ fn same_run(entries: &[Entry]) -> Vec<InputError> {
             continue;
         }
         let (a, b) = (&e.checked, &first.checked);
-        let same_spec = entries
-            .iter()
-            .find(|o| o.checked.outcome.file == a.outcome.file)
-            .filter(|o| o.checked.spec_hash != a.spec_hash);
+        let same_spec = most_held(
+            entries
+                .iter()
+                .filter(|o| o.checked.outcome.file == a.outcome.file),
+            |o| o.checked.spec_hash.clone(),
+        )
+        .filter(|o| o.checked.spec_hash != a.spec_hash);
         let differs = if a.kvcc_version != b.kvcc_version {
             Some((
                 "kvcc_version",
@@ -239,24 +243,31 @@ fn same_run(entries: &[Entry]) -> Vec<InputError> {
 }
 
 /// The line most lines agree with on the run's identity (build, settings, run, its number
-/// of checks and of shards; a tie goes to the earliest): what every other line is held
-/// to, so one edited or stray line is blamed, not the good lines beside it.
+/// of checks and of shards): what every other line is held to.
 fn reference(entries: &[Entry]) -> Option<&Entry> {
-    let identity = |e: &Entry| {
+    most_held(entries.iter(), |e| {
         let c = &e.checked;
         let shards = c.at.shard.map(|s| s.count);
         let fields = (&c.kvcc_version, &c.kvcc_commit, c.kvcc_dirty, &c.settings);
         serde_json::to_string(&(fields, &c.run, c.at.checks, shards)).unwrap_or_default()
-    };
-    // identity → (lines holding it, the first of them)
-    let mut held: HashMap<String, (usize, usize)> = HashMap::new();
-    for (i, e) in entries.iter().enumerate() {
-        held.entry(identity(e)).or_insert((0, i)).0 += 1;
+    })
+}
+
+/// Of `lines`, the first holding the `key` most of them hold (a tie goes to the earliest):
+/// held to it, one edited or stray line is blamed, not the good lines beside it.
+fn most_held<'a>(
+    lines: impl Iterator<Item = &'a Entry>,
+    key: impl Fn(&Entry) -> String,
+) -> Option<&'a Entry> {
+    // key → (lines holding it, the order of the first of them, that line)
+    let mut held: HashMap<String, (usize, Reverse<usize>, &Entry)> = HashMap::new();
+    for (i, e) in lines.enumerate() {
+        held.entry(key(e)).or_insert((0, Reverse(i), e)).0 += 1;
     }
-    let (_, first) = held
+    let (_, _, line) = held
         .into_values()
-        .max_by_key(|&(lines, first)| (lines, Reverse(first)))?;
-    entries.get(first)
+        .max_by_key(|&(lines, first, _)| (lines, first))?;
+    Some(line)
 }
 
 /// Every check of the whole run exactly once, all from the same run size and shard count.

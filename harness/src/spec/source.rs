@@ -207,32 +207,50 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 /// The field whose value holds byte `offset` of a document that does not parse: the key
 /// of a `key = value` line whose value holds it, under the nearest table header above.
-/// None where the offset is not in such a value (a header, a key, a comment): a syntax
-/// error names a field only where the line says which.
+/// None wherever that is not certain — the offset in a key, a header or a comment, under
+/// an array-of-tables header (whose element the line cannot tell), or under a line that
+/// opens with `[` and is no header (inside a multi-line value) — since naming the wrong
+/// field is worse than naming none.
 pub fn field_at(text: &str, offset: usize) -> Option<String> {
     let before = text.get(..offset)?;
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let (key, _) = before[line_start..].split_once('=')?;
+    let (key, value) = before[line_start..].split_once('=')?;
     let key = match dotted_key(key)? {
         (key, "") => key,
         _ => return None,
     };
-    let header = before[..line_start]
+    if in_comment(value) {
+        return None;
+    }
+    let header = match before[..line_start]
         .lines()
         .rev()
         .map(str::trim)
         .find(|l| l.starts_with('['))
-        .and_then(|l| match dotted_key(l.trim_start_matches('['))? {
-            (names, rest) if rest.starts_with(']') => Some(names),
-            _ => None,
-        });
-    let segs: Vec<Seg> = header
-        .into_iter()
-        .flatten()
-        .chain(key)
-        .map(Seg::Key)
-        .collect();
+    {
+        None => Vec::new(),
+        Some(l) if l.starts_with("[[") => return None,
+        Some(l) => match dotted_key(&l[1..])? {
+            (names, rest) if rest.starts_with(']') => names,
+            _ => return None,
+        },
+    };
+    let segs: Vec<Seg> = header.into_iter().chain(key).map(Seg::Key).collect();
     Some(field_path(&segs))
+}
+
+/// Does `value`, the start of a value up to some offset, end inside a comment?
+fn in_comment(value: &str) -> bool {
+    let mut quote = None;
+    for c in value.chars() {
+        match (quote, c) {
+            (None, '#') => return true,
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// The parts of the TOML dotted key (`a.b`, `"a.b".c`) `text` starts with, and what
