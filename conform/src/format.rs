@@ -220,7 +220,6 @@ impl Header {
     }
 }
 
-/// A serde_json error at `line` of a JSON Lines file (0: the error's own line counts).
 /// Parses one JSON document of `file` (line `line`; 0 for a whole file). An error names
 /// the field it is in: the text is parsed again with the path tracked, so only a line
 /// that fails pays for it.
@@ -242,6 +241,7 @@ pub fn from_json<'a, T: Deserialize<'a>>(
     })
 }
 
+/// A serde_json error at `line` of a JSON Lines file (0: the error's own line counts).
 fn json_error(file: &str, line: u64, e: &serde_json::Error) -> InputError {
     let at_line = if line == 0 { e.line() as u64 } else { line };
     let message = match e.classify() {
