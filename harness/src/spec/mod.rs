@@ -26,7 +26,7 @@ pub mod schema;
 pub mod source;
 
 use crate::spec::point::{value_text, Point, Selector};
-use crate::spec::source::{field_at, field_path, syntax_message, Part, Seg, Source};
+use crate::spec::source::{field_path, syntax_error, Part, Seg, Source};
 use kvcc_model::checker::Limits;
 use kvcc_model::properties::PROPERTIES;
 use kvcc_model::Config;
@@ -227,11 +227,8 @@ impl Spec {
     /// `when` tables name matrix paths) from being judged against it.
     pub fn parse_all(file: &str, text: String) -> Result<Spec, Vec<InputError>> {
         let source = Source::parse(file, text).map_err(|e| vec![e])?;
-        let mut table: toml::Table = toml::from_str(source.text()).map_err(|e| {
-            let message = syntax_message(source.text(), e.span(), e.message());
-            let field = e.span().and_then(|s| field_at(source.text(), s.start));
-            vec![source.error_at(e.span(), field, message)]
-        })?;
+        let mut table: toml::Table = toml::from_str(source.text())
+            .map_err(|e| vec![syntax_error(file, source.text(), e.span(), e.message())])?;
         let mut errors = Vec::new();
         let version = table.remove("version");
         errors.extend(check_version(&source, version).err());

@@ -99,17 +99,7 @@ impl Source {
                 file: file.to_string(),
                 doc,
             }),
-            Err(e) => {
-                let at = e.span().map(|s| line_col(&text, s.start));
-                Err(InputError {
-                    file: Some(file.to_string()),
-                    at: at.or(Some((1, 1))),
-                    field: e.span().and_then(|s| field_at(&text, s.start)),
-                    message: syntax_message(&text, e.span(), e.message()),
-                    len: e.span().map_or(0, |s| underline_len(&text, s)),
-                    help: None,
-                })
-            }
+            Err(e) => Err(syntax_error(file, &text, e.span(), e.message())),
         }
     }
 
@@ -165,18 +155,7 @@ impl Source {
         field: Option<String>,
         message: impl Into<String>,
     ) -> InputError {
-        InputError {
-            file: Some(self.file.clone()),
-            at: Some(
-                span.clone()
-                    .map(|s| self.line_col(s.start))
-                    .unwrap_or((1, 1)),
-            ),
-            field,
-            message: message.into(),
-            len: span.map_or(0, |s| underline_len(self.text(), s)),
-            help: None,
-        }
+        error_in(&self.file, self.text(), span, field, message.into())
     }
 
     /// An error about the field at `segs`.
@@ -189,6 +168,37 @@ impl Source {
     pub fn table(&self) -> &Table {
         self.doc.as_table()
     }
+}
+
+/// An error at a span of `file`'s `text` (or at 1:1 when there is none).
+fn error_in(
+    file: &str,
+    text: &str,
+    span: Option<Range<usize>>,
+    field: Option<String>,
+    message: String,
+) -> InputError {
+    InputError {
+        file: Some(file.to_string()),
+        at: Some(span.clone().map_or((1, 1), |s| line_col(text, s.start))),
+        field,
+        message,
+        len: span.map_or(0, |s| underline_len(text, s)),
+        help: None,
+    }
+}
+
+/// A TOML parser's error as kvcc reports it, from either parser: at its span, naming
+/// the field it is in where the line says which ([`field_at`]).
+pub fn syntax_error(
+    file: &str,
+    text: &str,
+    span: Option<Range<usize>>,
+    message: &str,
+) -> InputError {
+    let field = span.clone().and_then(|s| field_at(text, s.start));
+    let message = syntax_message(text, span.clone(), message);
+    error_in(file, text, span, field, message)
 }
 
 /// The characters of `span` on its first line: what a report underlines.
@@ -211,7 +221,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// an array-of-tables header (whose element the line cannot tell), or under a line that
 /// opens with `[` and is no header (inside a multi-line value) — since naming the wrong
 /// field is worse than naming none.
-pub fn field_at(text: &str, offset: usize) -> Option<String> {
+fn field_at(text: &str, offset: usize) -> Option<String> {
     let before = text.get(..offset)?;
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let (key, value) = before[line_start..].split_once('=')?;
@@ -283,10 +293,9 @@ fn dotted_key(text: &str) -> Option<(Vec<String>, &str)> {
     }
 }
 
-/// A multi-line parser message on one line.
 /// `invalid TOML: ...` for a parser's message, which is sometimes empty (a control
 /// character in a comment): then the offending character is named instead.
-pub fn syntax_message(text: &str, span: Option<Range<usize>>, message: &str) -> String {
+fn syntax_message(text: &str, span: Option<Range<usize>>, message: &str) -> String {
     let message = one_line(message);
     if !message.is_empty() {
         return format!("invalid TOML: {message}");
@@ -304,6 +313,7 @@ pub fn syntax_message(text: &str, span: Option<Range<usize>>, message: &str) -> 
     }
 }
 
+/// A multi-line parser message on one line.
 pub fn one_line(message: &str) -> String {
     message
         .lines()
