@@ -183,48 +183,57 @@ fn check_traces(shard: &str, traces: &[PathBuf]) -> Result<(), InputError> {
 /// per file, at its first line that differs from what most lines hold ([`reference`],
 /// and for a spec's content the hash most of its lines hold).
 fn same_run(entries: &[Entry]) -> Vec<InputError> {
-    let Some(first) = reference(entries) else {
+    let Some(usual) = reference(entries) else {
         return Vec::new();
     };
+    // Each spec's lines, and the one among them holding the content hash most carry.
+    let mut of_spec: HashMap<&str, Vec<&Entry>> = HashMap::new();
+    for e in entries {
+        of_spec.entry(&e.checked.outcome.file).or_default().push(e);
+    }
+    let usual_content: HashMap<&str, &Entry> = of_spec
+        .into_iter()
+        .filter_map(|(spec, lines)| {
+            let line = most_held(lines.into_iter(), |o| o.checked.spec_hash.clone())?;
+            Some((spec, line))
+        })
+        .collect();
     let mut errors = Vec::new();
     let mut reported: Vec<&str> = Vec::new();
     for e in entries {
         if reported.contains(&e.file.as_str()) {
             continue;
         }
-        let (a, b) = (&e.checked, &first.checked);
-        let same_spec = most_held(
-            entries
-                .iter()
-                .filter(|o| o.checked.outcome.file == a.outcome.file),
-            |o| o.checked.spec_hash.clone(),
-        )
-        .filter(|o| o.checked.spec_hash != a.spec_hash);
+        let (a, b) = (&e.checked, &usual.checked);
+        let same_spec = usual_content
+            .get(a.outcome.file.as_str())
+            .copied()
+            .filter(|o| o.checked.spec_hash != a.spec_hash);
         let differs = if a.kvcc_version != b.kvcc_version {
             Some((
                 "kvcc_version",
                 a.kvcc_version.clone(),
                 b.kvcc_version.clone(),
-                first,
+                usual,
             ))
         } else if a.kvcc_commit != b.kvcc_commit {
             Some((
                 "kvcc_commit",
                 a.kvcc_commit.clone(),
                 b.kvcc_commit.clone(),
-                first,
+                usual,
             ))
         } else if a.kvcc_dirty != b.kvcc_dirty {
             let text = |d: Option<bool>| d.map_or("null".to_string(), |d| d.to_string());
-            Some(("kvcc_dirty", text(a.kvcc_dirty), text(b.kvcc_dirty), first))
+            Some(("kvcc_dirty", text(a.kvcc_dirty), text(b.kvcc_dirty), usual))
         } else if a.settings != b.settings {
             let text = |s| serde_json::to_string(s).unwrap_or_default();
-            Some(("settings", text(&a.settings), text(&b.settings), first))
+            Some(("settings", text(&a.settings), text(&b.settings), usual))
         } else if let Some(other) = same_spec {
             let other_hash = other.checked.spec_hash.clone();
             Some(("spec_hash", a.spec_hash.clone(), other_hash, other))
         } else if a.run != b.run {
-            Some(("run", a.run.clone(), b.run.clone(), first))
+            Some(("run", a.run.clone(), b.run.clone(), usual))
         } else {
             None
         };
@@ -272,10 +281,10 @@ fn most_held<'a>(
 
 /// Every check of the whole run exactly once, all from the same run size and shard count.
 fn coverage(entries: &[Entry]) -> Vec<InputError> {
-    let Some(first) = reference(entries) else {
+    let Some(usual) = reference(entries) else {
         return vec![InputError::usage("the files hold no check")];
     };
-    let checks = first.checked.at.checks;
+    let checks = usual.checked.at.checks;
     let mut errors = Vec::new();
     for e in entries {
         let at = &e.checked.at;
@@ -285,18 +294,18 @@ fn coverage(entries: &[Entry]) -> Vec<InputError> {
                 format!(
                     "a run of {} checks, {} is one of {checks}: not the same run",
                     at.checks,
-                    first.place()
+                    usual.place()
                 ),
             ));
             return errors;
         }
         let count = |p: &Position| p.shard.map(|s| s.count);
-        if count(at) != count(&first.checked.at) {
+        if count(at) != count(&usual.checked.at) {
             errors.push(e.error(
                 "shard",
                 format!(
                     "{} splits the run into different shard counts",
-                    first.place()
+                    usual.place()
                 ),
             ));
             return errors;
