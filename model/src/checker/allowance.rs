@@ -1,5 +1,5 @@
 //! The time and memory limits, and an interrupt, read where the work is: by the search's
-//! workers between chunks and inside a state's expansion, and by the walks that follow a
+//! workers between chunks and every few thousand successors, and by the walks that follow a
 //! search (the cheapest counterexample, the point of no return), which repeat its work on
 //! a graph no larger than its own and must stop where the search would have.
 
