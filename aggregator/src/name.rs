@@ -6,13 +6,16 @@
 //! A [`RequestName`] takes its hash once, when it is made — as a Python `str` caches its
 //! hash, on which vLLM's dict-based aggregator relies — so a [`crate::HashedAggregator`]
 //! finds a report's countdown by one probe and one comparison of texts, and its text is
-//! shared, so keeping or emitting it copies a pointer. Keeping short texts inline instead
-//! (no pointer to follow on that comparison) measured no faster and costs 64-byte ids.
+//! shared, so keeping or emitting it copies a pointer. The text's length lives with the
+//! text, behind that one pointer, so a name is 16 bytes: the caller's sets and the core's
+//! table hold a third less than with `Arc<str>` (24 bytes), which measured 8% more
+//! reports a second (docs/benchmarks.md). Keeping short texts inline instead (no pointer
+//! to follow on that comparison) measured slower: 64-byte ids.
 
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use triomphe::ThinArc;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// A request id: its text, shared, and the text's 64-bit hash (xxh3, unseeded, so the
@@ -24,20 +27,29 @@ use xxhash_rust::xxh3::xxh3_64;
 #[derive(Clone)]
 pub struct RequestName {
     hash: u64,
-    text: Arc<str>,
+    text: ThinArc<(), u8>,
 }
 
 impl RequestName {
     pub fn new(text: &str) -> Self {
         RequestName {
             hash: xxh3_64(text.as_bytes()),
-            text: Arc::from(text),
+            text: text_of(text),
         }
     }
 
     pub fn as_str(&self) -> &str {
-        &self.text
+        // Only `new` makes the bytes, from a `str`.
+        std::str::from_utf8(&self.text.slice).expect("a name's bytes are its str's")
     }
+}
+
+/// Checked once, here: the name's size is what its sets and tables are sized by.
+const _: () = assert!(std::mem::size_of::<RequestName>() == 16);
+
+/// `text`'s bytes, shared, with their length.
+fn text_of(text: &str) -> ThinArc<(), u8> {
+    ThinArc::from_header_and_slice((), text.as_bytes())
 }
 
 impl From<&str> for RequestName {
@@ -48,7 +60,7 @@ impl From<&str> for RequestName {
 
 impl PartialEq for RequestName {
     fn eq(&self, other: &Self) -> bool {
-        self.hash == other.hash && same_text(self.text.as_bytes(), other.text.as_bytes())
+        self.hash == other.hash && same_text(&self.text.slice, &other.text.slice)
     }
 }
 
@@ -74,7 +86,7 @@ impl Ord for RequestName {
     fn cmp(&self, other: &Self) -> Ordering {
         self.hash
             .cmp(&other.hash)
-            .then_with(|| self.text.cmp(&other.text))
+            .then_with(|| self.text.slice.cmp(&other.text.slice))
     }
 }
 
@@ -92,13 +104,13 @@ impl Hash for RequestName {
 
 impl fmt::Debug for RequestName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.text, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for RequestName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        f.write_str(self.as_str())
     }
 }
 
@@ -111,7 +123,7 @@ mod tests {
     fn check(eq: fn(&RequestName, &RequestName) -> bool) -> Result<(), String> {
         let named = |hash, text: &str| RequestName {
             hash,
-            text: Arc::from(text),
+            text: text_of(text),
         };
         let (a, b) = (named(7, "cmpl-a-0"), named(7, "cmpl-b-0"));
         if eq(&a, &b) {
