@@ -298,14 +298,17 @@ fn issue16_limits_bite_inside_a_state_that_explodes() {
         // One request standing for the three is cut by the time limit too, and the full
         // search gets only what it left: the check's limit, not twice it.
         // The limit is read every few thousand successors, not only between chunks of
-        // states: a chunk here takes up to 0.75 s, and the cut came 0.3 s to 1 s late.
+        // states: a chunk here takes up to 0.75 s, and the cut came 0.2 s to 1 s late
+        // (3.0 s on a loaded CI machine). The interval itself is pinned exactly by the
+        // model's `the_limits_are_read_every_few_thousand_successors_across_states`; here,
+        // on a shared machine, a cut printed at 2.0 to 2.4 s is on time.
         let (stdout, elapsed) = limited_check("too-many-successors", threads, &["--timeout", "2"]);
         let cut_after: f64 = stdout
             .split_once("inconclusive (time limit reached after ")
             .and_then(|(_, rest)| rest.split_once("s)"))
             .and_then(|(seconds, _)| seconds.parse().ok())
             .unwrap_or_else(|| panic!("no time limit cut: {stdout}"));
-        assert!((2.0..2.2).contains(&cut_after), "{stdout}");
+        assert!((2.0..2.45).contains(&cut_after), "{stdout}");
         assert!(elapsed < Duration::from_millis(3500), "{elapsed:?}");
     }
 }

@@ -7,8 +7,8 @@ use super::Limits;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// How often the process's resident memory is read: a read costs a few microseconds, a
-/// chunk of the search about a millisecond.
+/// How often the process's resident memory is read: a read costs a few microseconds, and
+/// a worker reads its limits every few thousand successors (milliseconds apart).
 const MEMORY_EVERY: Duration = Duration::from_millis(20);
 
 /// Which limit ran out.

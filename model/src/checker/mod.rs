@@ -206,7 +206,7 @@ pub const SUCCESSORS_MAX: u64 = visited::ACTIONS_MAX;
 
 /// Bounds on one search. A search that hits one is inconclusive. Each is checked where
 /// the work is, not only between BFS levels: states as they are found, time and memory
-/// between chunks of states, successors before a state's are generated.
+/// every few thousand successors, successors before a state's are generated.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Limits {
     pub max_states: Option<u64>,

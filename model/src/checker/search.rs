@@ -40,8 +40,8 @@ enum Stop {
     Panicked,
 }
 
-/// The stop flag every worker checks between chunks (and the state count after every
-/// new state).
+/// The stop flag every worker checks between chunks and every [`BUDGET_EVERY`]
+/// successors (and the state count after every new state).
 struct Stopper(AtomicU8);
 
 impl Stopper {
@@ -73,9 +73,9 @@ impl Stopper {
 }
 
 /// The time and memory a search may take, and its interrupt, checked by every worker
-/// between chunks and after every [`BUDGET_EVERY`] successors it generates, counted
-/// across states: a MultiConnector state can have tens of thousands, and a chunk of
-/// states with a hundred each at 64 replicas took 0.75 s between two checks between
+/// between chunks and before every [`BUDGET_EVERY`]th action it takes up within a level,
+/// counted across states: a MultiConnector state can have tens of thousands, and a chunk
+/// of states with a hundred each at 64 replicas took 0.75 s between two checks between
 /// chunks (a 2 s limit answered after 3 s on a loaded machine).
 struct Budget<'a> {
     bounds: Bounds<'a>,
@@ -84,7 +84,7 @@ struct Budget<'a> {
     exact: Option<&'a Exact>,
 }
 
-/// Successors a worker generates between two budget checks.
+/// Actions a worker takes up (successors it tries) between two budget checks.
 const BUDGET_EVERY: usize = 4096;
 
 impl Budget<'_> {
