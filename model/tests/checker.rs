@@ -699,12 +699,30 @@ fn clause_kinds_are_as_documented() {
     }
 }
 
-/// A wide test model: the initial state has `fan` successors, each a dead end; the
-/// successor numbered `panics_at` (if any) makes `next_state` panic.
+/// A wide test model: the initial state has `fan` successors, each with `leaves` dead ends
+/// of its own, numbered after them. The state numbered `panics_at` (if any) makes
+/// `next_state` panic; the first leaf generated raises `first_leaf`, and every leaf after
+/// it is counted in `leaves_after`.
 #[derive(Clone)]
 struct Fan {
     fan: u32,
+    leaves: u32,
     panics_at: Option<u32>,
+    first_leaf: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    leaves_after: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Fan {
+    /// `fan` successors with one leaf each, none panicking.
+    fn new(fan: u32) -> Fan {
+        Fan {
+            fan,
+            leaves: 1,
+            panics_at: None,
+            first_leaf: Default::default(),
+            leaves_after: Default::default(),
+        }
+    }
 }
 
 impl Model for Fan {
@@ -719,14 +737,21 @@ impl Model for Fan {
         match *state {
             0 => actions.extend(1..=self.fan),
             // One more level, so that the panicking state is expanded among many.
-            s if s <= self.fan => actions.push(s + self.fan),
+            s if s <= self.fan => {
+                let first = self.fan + (s - 1) * self.leaves + 1;
+                actions.extend(first..first + self.leaves);
+            }
             _ => {}
         }
     }
 
     fn next_state(&self, _: &u32, action: u32) -> Option<u32> {
+        use std::sync::atomic::Ordering::Relaxed;
         if self.panics_at == Some(action) {
             panic!("next_state panics on {action}");
+        }
+        if action > self.fan && self.first_leaf.swap(true, Relaxed) {
+            self.leaves_after.fetch_add(1, Relaxed);
         }
         Some(action)
     }
@@ -749,10 +774,7 @@ fn fan_options(threads: usize, limits: Limits) -> Options {
 #[test]
 fn issue16_too_many_successors_is_inconclusive_not_a_panic() {
     for threads in [1, 2] {
-        let wide = Fan {
-            fan: 70_000,
-            panics_at: None,
-        };
+        let wide = Fan::new(70_000);
         let report = check(&wide, &fan_options(threads, Limits::default()));
         match report.verdict {
             Verdict::Inconclusive(Cutoff::Successors { count, depth }) => {
@@ -762,10 +784,7 @@ fn issue16_too_many_successors_is_inconclusive_not_a_panic() {
             other => panic!("{threads} threads: {other:?}"),
         }
         // At the cap itself every successor is numbered and the search completes.
-        let at_cap = Fan {
-            fan: 1 << 16,
-            panics_at: None,
-        };
+        let at_cap = Fan::new(1 << 16);
         let report = check(&at_cap, &fan_options(threads, Limits::default()));
         assert!(
             matches!(report.verdict, Verdict::Holds),
@@ -778,10 +797,7 @@ fn issue16_too_many_successors_is_inconclusive_not_a_panic() {
 
 #[test]
 fn issue16_the_state_limit_stops_at_exactly_that_many() {
-    let fan = Fan {
-        fan: 5_000,
-        panics_at: None,
-    };
+    let fan = Fan::new(5_000);
     for threads in [1, 2] {
         let limits = Limits {
             max_states: Some(7_000),
@@ -828,8 +844,8 @@ fn issue16_a_panicking_worker_stops_the_search_and_the_panic_reaches_the_caller(
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let fan = Fan {
-            fan: 20_000,
             panics_at: Some(20_000 + 3),
+            ..Fan::new(20_000)
         };
         let outcome = std::panic::catch_unwind(|| check(&fan, &fan_options(2, Limits::default())));
         let message = match outcome {
@@ -1030,10 +1046,7 @@ fn a_check_that_holds_generates_each_transition_once() {
 /// levels before it kept); the same flag left down changes nothing.
 #[test]
 fn issue23_an_interrupt_stops_the_search_as_a_limit_does() {
-    let fan = Fan {
-        fan: 5_000,
-        panics_at: None,
-    };
+    let fan = Fan::new(5_000);
     for threads in [1, 2] {
         for raised in [true, false] {
             let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(raised));
@@ -1061,71 +1074,27 @@ fn issue23_an_interrupt_stops_the_search_as_a_limit_does() {
     }
 }
 
-/// A root with `width` children, each with `leaves` leaves of its own; raises `flag` when
-/// its first child is expanded and counts every successor generated after that.
-struct Bush {
-    width: u32,
-    leaves: u32,
-    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    after_flag: std::sync::atomic::AtomicU32,
-}
-
-impl Model for Bush {
-    type State = u32;
-    type Action = u32;
-
-    fn init_states(&self) -> Vec<u32> {
-        vec![0]
-    }
-
-    fn actions(&self, state: &u32, actions: &mut Vec<u32>) {
-        match *state {
-            0 => actions.extend(1..=self.width),
-            child if child <= self.width => {
-                let first = self.width + (child - 1) * self.leaves + 1;
-                actions.extend(first..first + self.leaves);
-            }
-            _ => {}
-        }
-    }
-
-    fn next_state(&self, _: &u32, action: u32) -> Option<u32> {
-        use std::sync::atomic::Ordering::Relaxed;
-        // A leaf: the first one generated raises the flag, each later one is counted.
-        if action > self.width && self.flag.swap(true, Relaxed) {
-            self.after_flag.fetch_add(1, Relaxed);
-        }
-        Some(action)
-    }
-}
-
-toy_checkable!(Bush, Kind::Safety, "exactly-once: bush", |_bush, _state| {
-    true
-});
-
 /// The limits are read every 4096 successors a worker generates, across states: one
 /// thread raised the interrupt while expanding a chunk of 512 states with 50 successors
 /// each, and went on through the rest of the chunk (25,599 successors; a 2 s limit was
 /// answered 0.2 s to 1 s late on a 64-replica spec) where it now stops within 4096.
 #[test]
 fn the_limits_are_read_every_few_thousand_successors_across_states() {
-    let bush = Bush {
-        width: 2_000,
+    let fan = Fan {
         leaves: 50,
-        flag: Default::default(),
-        after_flag: Default::default(),
+        ..Fan::new(2_000)
     };
     let options = Options {
-        interrupt: Some(bush.flag.clone()),
+        interrupt: Some(fan.first_leaf.clone()),
         ..fan_options(1, Limits::default())
     };
-    let report = check(&bush, &options);
+    let report = check(&fan, &options);
     assert!(
         matches!(report.verdict, Verdict::Inconclusive(Cutoff::Interrupted)),
         "{:?}",
         report.verdict
     );
-    let after = bush.after_flag.load(std::sync::atomic::Ordering::Relaxed);
+    let after = fan.leaves_after.load(std::sync::atomic::Ordering::Relaxed);
     // The first successor raised it; the read before the 4096th stops the thread.
     assert_eq!(after, 4_094, "successors generated after the interrupt");
 }
