@@ -9,8 +9,9 @@
 //! shared, so keeping or emitting it copies a pointer. The text's length lives with the
 //! text, behind that one pointer, so a name is 16 bytes, not `Arc<str>`'s 24: the
 //! caller's set nodes hold a third less, the core's table slots a seventh (56 to 48 bytes
-//! with their entry), which measured 8% more reports a second (docs/benchmarks.md). Keeping short texts inline instead (no pointer
-//! to follow on that comparison) measured slower: 64-byte ids.
+//! with their entry), which measured 8% more reports a second (docs/benchmarks.md).
+//! Keeping short texts inline instead (no pointer to follow on that comparison) measured
+//! slower: 64-byte ids.
 
 use std::cmp::Ordering;
 use std::fmt;
