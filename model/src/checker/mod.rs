@@ -404,7 +404,11 @@ pub struct Report<M: stateright::Model> {
     pub counterexamples: Vec<Counterexample<M>>,
     /// A limit also hit while violations were found (they stand; the rest is unknown).
     pub cutoff: Option<Cutoff>,
+    /// States found by the levels expanded to the end (a cut level's finds are dropped);
+    /// after a cut by the state limit, exactly the limit.
     pub unique_states: u64,
+    /// Transitions of the levels expanded to the end: a level cut by a limit is left out,
+    /// as how far its threads got depends on timing.
     pub transitions: u64,
     /// Longest shortest path from the initial state.
     pub max_depth: u32,
