@@ -81,6 +81,7 @@ use crate::pack::Code;
 use crate::state::{PrefillCell, Request, RequestId, State};
 use kvcc_aggregator::{Policy, Rank};
 use smallvec::SmallVec;
+use std::cell::OnceCell;
 
 /// A renaming of requests: `order[i]` is the request that becomes request `i`.
 type Order = SmallVec<[RequestId; MAX_REQUESTS]>;
@@ -537,52 +538,69 @@ impl State {
 
 /// What the allowed renamings of requests and renaming ranks leave of each request of a
 /// state (module docs): its arrival rank, its scheduler facts, and the multiset of each of
-/// its columns. The columns are kept as one string of cell codes per request, each column
-/// sorted, in field order: every request has as many cells in each column, so comparing
-/// two strings compares the columns one after another, as comparing the sorted columns
-/// themselves would (the codes keep their types' order: [`crate::pack`],
-/// [`PrefillCell::order_key`]). One buffer for
-/// all requests, sorted in place: the keys are built for every successor whose requests
-/// tie.
-struct RequestKeys {
+/// its columns, compared in that order. A column's multiset is kept as its cell codes,
+/// sorted (the codes keep their types' order: [`crate::pack`], [`PrefillCell::order_key`]),
+/// and built for every request the first time a comparison reaches that column: the keys
+/// are taken for every successor whose requests tie, and most ties are broken by the
+/// first column.
+struct RequestKeys<'s> {
+    state: &'s State,
     heads: SmallVec<[(u8, Request); MAX_REQUESTS]>,
-    codes: SmallVec<[u64; 48]>,
-    width: usize,
+    /// Per column in field order: each request's sorted codes, one run per request.
+    columns: [OnceCell<SmallVec<[u64; 32]>>; COLUMNS],
 }
 
-impl RequestKeys {
-    fn of(state: &State) -> RequestKeys {
-        let n = state.request_count();
-        let mut codes = SmallVec::new();
-        for r in 0..n {
-            sorted_column(&mut codes, &state.prefill, n, r, PrefillCell::order_key);
-            sorted_column(&mut codes, &state.handles, n, r, |c| c.code().into());
-            sorted_column(&mut codes, &state.decode, n, r, |c| c.code().into());
-            sorted_column(&mut codes, &state.child_loads, n, r, |c| c.code().into());
-        }
+/// The per-request columns of a state: prefill cells, handles, decode cells, child loads.
+const COLUMNS: usize = 4;
+
+impl<'s> RequestKeys<'s> {
+    fn of(state: &'s State) -> RequestKeys<'s> {
         RequestKeys {
-            heads: (0..n as RequestId)
+            state,
+            heads: (0..state.request_count() as RequestId)
                 .map(|r| (state.arrival_rank(r), state.requests[usize::from(r)]))
                 .collect(),
-            width: codes.len() / n.max(1),
-            codes,
+            columns: Default::default(),
         }
     }
 
-    fn columns(&self, r: usize) -> &[u64] {
-        &self.codes[r * self.width..(r + 1) * self.width]
+    /// Column `c` of every request, sorted per request.
+    fn column(&self, c: usize) -> &[u64] {
+        self.columns[c].get_or_init(|| {
+            let state = self.state;
+            let n = state.request_count();
+            let mut codes = SmallVec::new();
+            for r in 0..n {
+                match c {
+                    0 => sorted_column(&mut codes, &state.prefill, n, r, PrefillCell::order_key),
+                    1 => sorted_column(&mut codes, &state.handles, n, r, |c| c.code().into()),
+                    2 => sorted_column(&mut codes, &state.decode, n, r, |c| c.code().into()),
+                    3 => sorted_column(&mut codes, &state.child_loads, n, r, |c| c.code().into()),
+                    _ => unreachable!("a state has {COLUMNS} per-request columns"),
+                }
+            }
+            codes
+        })
     }
 
     fn cmp(&self, a: usize, b: usize) -> std::cmp::Ordering {
-        self.heads[a]
-            .cmp(&self.heads[b])
-            .then_with(|| self.columns(a).cmp(self.columns(b)))
+        self.heads[a].cmp(&self.heads[b]).then_with(|| {
+            (0..COLUMNS)
+                .map(|c| {
+                    let codes = self.column(c);
+                    // Every request has as many cells in a column.
+                    let width = codes.len() / self.heads.len();
+                    codes[a * width..(a + 1) * width].cmp(&codes[b * width..(b + 1) * width])
+                })
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
     }
 }
 
 /// Appends the codes of request `r`'s column of `cells` (`n` requests), sorted.
 fn sorted_column<T: Copy>(
-    codes: &mut SmallVec<[u64; 48]>,
+    codes: &mut SmallVec<[u64; 32]>,
     cells: &[T],
     n: usize,
     r: usize,
