@@ -238,8 +238,11 @@ pub enum LoadPhase {
 }
 
 /// One P worker's view of one request. Ordered field by field, as a derived order would
-/// be ([`PrefillCell::order_key`]).
+/// be ([`PrefillCell::order_key`]). Laid out in declaration order, so that the key is
+/// the cell's bytes loaded in place (rustc's own layout scattered them, and each key took
+/// a dozen shifts: 2% of a head-only reaper's search).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(C)]
 pub struct PrefillCell {
     /// D notifications counted (`consumer_notification_counts_by_req`).
     pub notifications: u8,

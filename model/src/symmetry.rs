@@ -445,18 +445,30 @@ impl State {
         }
     }
 
-    /// Sorts each request column of the replicas' cells in place (an insertion sort over
-    /// the column's strided positions: no allocation, and columns are nearly always
-    /// sorted already).
+    /// Sorts each request column of the replicas' cells in place. A column already in
+    /// order, as nearly all are, is left after one pass that keys each cell once
+    /// ([`PrefillCell::order_key`]); the rest take an insertion sort over the column's
+    /// strided positions (no allocation).
     fn sort_replica_columns(&mut self) {
         let n = self.request_count();
         let replicas = &self.shape.0.replicas;
+        let prefill: &mut [PrefillCell] = &mut self.prefill;
         let at = |i: usize, r: usize| usize::from(replicas[i]) * n + r;
         for r in 0..n {
+            let mut keys = replicas
+                .iter()
+                .map(|&k| prefill[usize::from(k) * n + r].order_key());
+            let first = keys.next();
+            if keys
+                .try_fold(first, |last, key| (last <= Some(key)).then_some(Some(key)))
+                .is_some()
+            {
+                continue;
+            }
             for i in 1..replicas.len() {
                 let mut j = i;
-                while j > 0 && self.prefill[at(j - 1, r)] > self.prefill[at(j, r)] {
-                    self.prefill.swap(at(j - 1, r), at(j, r));
+                while j > 0 && prefill[at(j - 1, r)] > prefill[at(j, r)] {
+                    prefill.swap(at(j - 1, r), at(j, r));
                     j -= 1;
                 }
             }
