@@ -78,7 +78,7 @@
 
 use crate::config::MAX_REQUESTS;
 use crate::pack::Code;
-use crate::state::{PrefillCell, Request, RequestId, State};
+use crate::state::{Metadata, PrefillCell, Request, RequestId, State};
 use kvcc_aggregator::{Policy, Rank};
 use smallvec::SmallVec;
 use std::cell::OnceCell;
@@ -118,15 +118,15 @@ impl State {
         }
         // Requests with pairwise different scheduler facts (after their arrival ranks)
         // are ordered by those alone (the first parts of the key): the common case, with
-        // no key built.
+        // no key built. Each head is taken once: this runs for every successor.
         let n = self.request_count();
-        let head = |r: usize| (self.arrival_rank(r as RequestId), self.requests[r]);
-        if (0..n).all(|a| (a + 1..n).all(|b| head(a) != head(b))) {
-            if (1..n).all(|i| head(i - 1) < head(i)) {
-                return self.put_ranks_in_order();
-            }
+        let heads = self.heads();
+        if heads.windows(2).all(|w| w[0] < w[1]) {
+            return self.put_ranks_in_order();
+        }
+        if (0..n).all(|a| (a + 1..n).all(|b| heads[a] != heads[b])) {
             let mut order: Order = (0..n as RequestId).collect();
-            order.sort_by_key(|&r| head(usize::from(r)));
+            order.sort_by_key(|&r| heads[usize::from(r)]);
             *self = self.renamed(&order);
             return self.put_ranks_in_order();
         }
@@ -256,16 +256,24 @@ impl State {
         orders
     }
 
-    /// Where a renaming must keep request `r` (module docs): under a head-only reaper, an
-    /// undelivered request's rank by id among the undelivered ones, from 1; 0 for every
-    /// other request, which renamings may move freely.
-    fn arrival_rank(&self, r: RequestId) -> u8 {
-        use crate::state::Metadata;
-        let undelivered = |q: usize| self.requests[q].send_meta != Metadata::Delivered;
-        if !self.topology().ordered_leases || !undelivered(usize::from(r)) {
-            return 0;
-        }
-        1 + (0..usize::from(r)).filter(|&q| undelivered(q)).count() as u8
+    /// Each request's arrival rank and scheduler facts: the first parts of its key,
+    /// compared before any column, taken in one pass for every successor's canonical form.
+    /// The arrival rank is where a renaming must keep the request (module docs): under a
+    /// head-only reaper, an undelivered request's rank by id among the undelivered ones,
+    /// from 1; 0 for every other request, which renamings may move freely.
+    fn heads(&self) -> SmallVec<[(u8, Request); MAX_REQUESTS]> {
+        let ordered = self.topology().ordered_leases;
+        let mut undelivered = 0;
+        self.requests
+            .iter()
+            .map(|&request| {
+                if !ordered || request.send_meta == Metadata::Delivered {
+                    return (0, request);
+                }
+                undelivered += 1;
+                (undelivered, request)
+            })
+            .collect()
     }
 
     /// This state with request `order[i]` renamed `i`: whether that is a symmetry of
@@ -346,7 +354,7 @@ impl State {
     /// cells then meet no other request's on any rank, and its column of the transfer
     /// groups is permuted on its own, as without a head-only reaper.
     fn past_the_reaper(&self, r: RequestId) -> bool {
-        self.requests[usize::from(r)].send_meta == crate::state::Metadata::Delivered
+        self.requests[usize::from(r)].send_meta == Metadata::Delivered
             && !crate::rank::in_queue(self, r)
     }
 
@@ -569,9 +577,7 @@ impl<'s> RequestKeys<'s> {
     fn of(state: &'s State) -> RequestKeys<'s> {
         RequestKeys {
             state,
-            heads: (0..state.request_count() as RequestId)
-                .map(|r| (state.arrival_rank(r), state.requests[usize::from(r)]))
-                .collect(),
+            heads: state.heads(),
             columns: Default::default(),
         }
     }
@@ -748,8 +754,8 @@ mod tests {
         assert!(reversed_caught, "a reversed tie-break was not caught");
     }
 
-    /// The request key's definition, field by field: arrival rank, scheduler facts, and
-    /// each column's cells sorted.
+    /// The request key's definition, field by field: arrival rank (module docs),
+    /// scheduler facts, and each column's cells sorted.
     #[allow(clippy::type_complexity)]
     fn defined_key(
         state: &State,
@@ -768,8 +774,14 @@ mod tests {
             column.sort_unstable();
             column
         }
+        let undelivered = |q: usize| state.requests[q].send_meta != Metadata::Delivered;
+        let arrival_rank = if state.topology().ordered_leases && undelivered(r) {
+            1 + (0..r).filter(|&q| undelivered(q)).count() as u8
+        } else {
+            0
+        };
         (
-            state.arrival_rank(r as RequestId),
+            arrival_rank,
             state.requests[r],
             column(&state.prefill, n, r),
             column(&state.handles, n, r),
