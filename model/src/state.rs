@@ -529,8 +529,14 @@ impl Clone for State {
         where
             [T; N]: smallvec::Array<Item = T>,
         {
-            to.clear();
-            to.extend_from_slice(from);
+            // Every state of a model has vectors of the same lengths: one copy, where
+            // clearing and extending made two library calls per vector.
+            if to.len() == from.len() {
+                to.copy_from_slice(from);
+            } else {
+                to.clear();
+                to.extend_from_slice(from);
+            }
         }
         copy(&mut self.requests, requests);
         copy(&mut self.prefill, prefill);
