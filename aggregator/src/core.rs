@@ -357,10 +357,17 @@ impl<Id: Ord + Clone, Map: EntryMap<Id>> Aggregator<Id, Map> {
             || self.pending_failed.contains(id)
     }
 
+    /// Does this aggregator keep what [`Aggregator::announce`] and
+    /// [`Aggregator::retire`] tell it? Only `Strict` does; `Countdown` ignores both, like
+    /// vLLM. A caller sharing the aggregator copy-on-write need not unshare it for them.
+    pub fn keeps_announcements(&self) -> bool {
+        self.policy == Policy::Strict
+    }
+
     /// The scheduler expects reports for `id` in `direction` (a delay-free for sends, a
     /// remote load for receives). `Countdown` ignores this, like vLLM.
     pub fn announce(&mut self, direction: Direction, id: Id) {
-        if self.policy == Policy::Countdown {
+        if !self.keeps_announcements() {
             return;
         }
         let entry = self
@@ -377,7 +384,7 @@ impl<Id: Ord + Clone, Map: EntryMap<Id>> Aggregator<Id, Map> {
     /// The scheduler has forgotten `id`: later reports for it are `Unannounced`. An open
     /// countdown stays open (and keeps what it counted) in case `id` is announced again.
     pub fn retire(&mut self, direction: Direction, id: &Id) {
-        if self.policy == Policy::Countdown {
+        if !self.keeps_announcements() {
             return;
         }
         let entries = self.entries_mut(direction);

@@ -5,7 +5,7 @@
 use crate::config::{AggregatorPolicy, Config, LoadMode, StageOutput, MAX_REQUESTS};
 use crate::offload::{self, StoresDone};
 use crate::state::{
-    Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
+    Engine, Incidents, LoadPhase, Metadata, PrefillPhase, Request, RequestId, SendPhase, State,
 };
 use crate::{decoder, rank, scheduler};
 use kvcc_aggregator::{Direction, StepOutcome, ViolationKind, WorkerOutput};
@@ -172,12 +172,6 @@ pub fn decode_step(
     outputs
 }
 
-#[derive(Clone, Copy)]
-enum Engine {
-    Prefill,
-    Decode,
-}
-
 /// Runs the real aggregator and records what the contract monitors need: reports counted
 /// for ids already emitted, and Strict's refusals.
 fn aggregate(
@@ -194,11 +188,7 @@ fn aggregate(
     {
         state.incidents.set(Incidents::REOPENED);
     }
-    let aggregator = match engine {
-        Engine::Prefill => state.prefill_aggregator_mut(),
-        Engine::Decode => state.decode_aggregator_mut(),
-    };
-    let outcome = aggregator.aggregate(outputs, output_rank);
+    let outcome = state.aggregator_mut(engine).aggregate(outputs, output_rank);
     for violation in &outcome.violations {
         state.incidents.set(match violation.kind {
             ViolationKind::DuplicateReport => Incidents::STRICT_DUPLICATE,
@@ -213,10 +203,7 @@ fn aggregate(
 /// Would `outputs` give some countdown more reports than it has room for? Countdown
 /// cannot tell by itself: a report past zero silently opens a fresh entry.
 fn overflows(state: &State, outputs: &[WorkerOutput<RequestId>], engine: Engine) -> bool {
-    let aggregator = match engine {
-        Engine::Prefill => &state.prefill_aggregator,
-        Engine::Decode => &state.decode_aggregator,
-    };
+    let aggregator = state.aggregator(engine);
     let expected = kvcc_aggregator::step_expected(
         outputs.iter().map(|o| o.expected_finished_count),
         aggregator.expected(),

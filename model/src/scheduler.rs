@@ -12,8 +12,8 @@ use crate::config::{
     RewoundInFlightOutput, ScanOrder, Stepping, UnknownCompletion,
 };
 use crate::state::{
-    DecodeCell, DecodePhase, Incidents, Metadata, PrefillPhase, Request, RequestId, SendPhase,
-    State, StorePhase,
+    DecodeCell, DecodePhase, Engine, Incidents, Metadata, PrefillPhase, Request, RequestId,
+    SendPhase, State, StorePhase,
 };
 use kvcc_aggregator::{Direction, StepOutcome};
 use smallvec::SmallVec;
@@ -23,9 +23,7 @@ pub fn finish_prefill(config: &Config, state: &mut State, r: RequestId) {
     let request = &mut state.requests[usize::from(r)];
     request.prefill = PrefillPhase::DelayFreed;
     request.send_meta = Metadata::Due(config.max_concurrent_batches);
-    state
-        .prefill_aggregator_mut()
-        .announce(Direction::Sending, r);
+    state.announce(Engine::Prefill, Direction::Sending, r);
     if config.connector == Connector::MultiOffload {
         for rank in 0..state.topology().prefill_world {
             state.prefill_cell_mut(rank, r).store = StorePhase::Storing;
@@ -73,9 +71,7 @@ fn start_load(config: &Config, state: &mut State, r: RequestId) {
         return;
     }
     request.recv_meta = Metadata::Due(config.max_concurrent_batches);
-    state
-        .decode_aggregator_mut()
-        .announce(Direction::Recving, r);
+    state.announce(Engine::Decode, Direction::Recving, r);
 }
 
 /// Is `r`'s synchronous load still running in a step D's workers have started? Its
@@ -302,9 +298,7 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
                 AbortLoading::DelayFree => request.prefill = PrefillPhase::AbortedLoadingKv,
                 AbortLoading::FreeAtOnce => {
                     request.prefill = PrefillPhase::Dropped;
-                    state
-                        .prefill_aggregator_mut()
-                        .retire(Direction::Recving, &r);
+                    state.retire(Engine::Prefill, Direction::Recving, r);
                 }
             }
             // A connector saving while it loads delays the free for its save too, and
@@ -317,9 +311,7 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
         }
         PrefillPhase::DelayFreed if config.scheduler.abort_finished == AbortFinished::Free => {
             request.prefill = PrefillPhase::AbortFreed;
-            state
-                .prefill_aggregator_mut()
-                .retire(Direction::Sending, &r);
+            state.retire(Engine::Prefill, Direction::Sending, r);
         }
         _ => {}
     }
@@ -344,7 +336,7 @@ pub fn abort(config: &Config, state: &mut State, r: RequestId) {
             AbortLoading::DelayFree => request.decode = DecodePhase::AbortedLoading,
             AbortLoading::FreeAtOnce => {
                 request.decode = DecodePhase::Freed;
-                state.decode_aggregator_mut().retire(Direction::Recving, &r);
+                state.retire(Engine::Decode, Direction::Recving, r);
             }
         },
         _ => {}

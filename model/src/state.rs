@@ -7,13 +7,20 @@
 //! acyclic by checking that [`State::progress`] grows on every transition.
 
 use crate::topology::Topology;
-use kvcc_aggregator::{Rank, SortedAggregator};
+use kvcc_aggregator::{Direction, Rank, SortedAggregator};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+
+/// Which engine: P's (prefill) or D's (decode), each with its scheduler and aggregator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Prefill,
+    Decode,
+}
 
 /// A request id in the model: its index, `0..requests`.
 pub type RequestId = u8;
@@ -480,7 +487,7 @@ pub struct State {
     /// P's aggregator: the real one. Shared copy-on-write: most transitions (reads,
     /// notifications, leases) leave both aggregators alone, and cloning their maps for
     /// every successor was a tenth of the search. Mutate through
-    /// [`State::prefill_aggregator_mut`].
+    /// [`State::aggregator_mut`].
     pub prefill_aggregator: Arc<SortedAggregator<RequestId>>,
     /// D's aggregator: the real one, shared as P's is.
     pub decode_aggregator: Arc<SortedAggregator<RequestId>>,
@@ -616,14 +623,39 @@ impl State {
         (0..self.topology().decode_world).any(|d| self.child_load(d, r) == LoadPhase::Loading)
     }
 
-    /// P's aggregator, unshared first if another state holds it too.
-    pub fn prefill_aggregator_mut(&mut self) -> &mut SortedAggregator<RequestId> {
-        Arc::make_mut(&mut self.prefill_aggregator)
+    /// `engine`'s aggregator, shared with other states.
+    pub fn aggregator(&self, engine: Engine) -> &Arc<SortedAggregator<RequestId>> {
+        match engine {
+            Engine::Prefill => &self.prefill_aggregator,
+            Engine::Decode => &self.decode_aggregator,
+        }
     }
 
-    /// D's aggregator, unshared first if another state holds it too.
-    pub fn decode_aggregator_mut(&mut self) -> &mut SortedAggregator<RequestId> {
-        Arc::make_mut(&mut self.decode_aggregator)
+    /// `engine`'s aggregator, unshared first if another state holds it too.
+    pub fn aggregator_mut(&mut self, engine: Engine) -> &mut SortedAggregator<RequestId> {
+        Arc::make_mut(match engine {
+            Engine::Prefill => &mut self.prefill_aggregator,
+            Engine::Decode => &mut self.decode_aggregator,
+        })
+    }
+
+    /// Tells `engine`'s aggregator that the scheduler expects reports for `r`
+    /// ([`kvcc_aggregator::Aggregator::announce`]). Under a policy that ignores it
+    /// (`Countdown`, vLLM's) the aggregator stays shared: unsharing it copied it for
+    /// nothing, and kept the successor from reusing its parent's packed bytes.
+    pub fn announce(&mut self, engine: Engine, direction: Direction, r: RequestId) {
+        if self.aggregator(engine).keeps_announcements() {
+            self.aggregator_mut(engine).announce(direction, r);
+        }
+    }
+
+    /// Tells `engine`'s aggregator that the scheduler forgot `r`
+    /// ([`kvcc_aggregator::Aggregator::retire`]), unsharing it only where that is kept,
+    /// as [`State::announce`].
+    pub fn retire(&mut self, engine: Engine, direction: Direction, r: RequestId) {
+        if self.aggregator(engine).keeps_announcements() {
+            self.aggregator_mut(engine).retire(direction, &r);
+        }
     }
 
     pub fn topology(&self) -> &'static Topology {
