@@ -634,6 +634,16 @@ impl crate::checker::Checkable for ContractModel {
         crate::pack::pack(state, out)
     }
 
+    fn pack_successor(
+        &self,
+        parent: &State,
+        parent_bytes: &[u8],
+        state: &State,
+        out: &mut Vec<u8>,
+    ) {
+        crate::pack::pack_successor(parent, parent_bytes, state, out)
+    }
+
     fn unpack(&self, bytes: &[u8]) -> State {
         crate::pack::unpack(self.topology, usize::from(self.config.requests), bytes)
     }

@@ -57,11 +57,45 @@ impl Naming {
         M::State: Clone + Eq + std::hash::Hash + Send + Sync,
         M::Action: Clone + std::fmt::Debug + Send,
     {
+        self.pack_with(model, state, out, |state, out| model.pack(state, out))
+    }
+
+    /// [`Naming::pack`] of a successor of `parent` (packed as `parent_bytes`), which
+    /// the model may pack partly by copying ([`Checkable::pack_successor`]).
+    fn pack_successor<M>(
+        self,
+        model: &M,
+        (parent, parent_bytes): (&M::State, &[u8]),
+        state: &mut M::State,
+        out: &mut Vec<u8>,
+    ) -> u64
+    where
+        M: Checkable,
+        M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+        M::Action: Clone + std::fmt::Debug + Send,
+    {
+        self.pack_with(model, state, out, |state, out| {
+            model.pack_successor(parent, parent_bytes, state, out)
+        })
+    }
+
+    fn pack_with<M>(
+        self,
+        model: &M,
+        state: &mut M::State,
+        out: &mut Vec<u8>,
+        pack: impl FnOnce(&M::State, &mut Vec<u8>),
+    ) -> u64
+    where
+        M: Checkable,
+        M::State: Clone + Eq + std::hash::Hash + Send + Sync,
+        M::Action: Clone + std::fmt::Debug + Send,
+    {
         if self.symmetry {
             model.canonicalize(state);
         }
         let begin = out.len();
-        model.pack(state, out);
+        pack(state, out);
         // 0 marks an empty slot of the visited set.
         (self.hash)(&out[begin..]).max(1)
     }
@@ -123,6 +157,18 @@ where
     }
     /// Appends a compact encoding of `state` to `out`; equal states, equal bytes.
     fn pack(&self, state: &Self::State, out: &mut Vec<u8>);
+    /// [`Checkable::pack`] for a successor of `parent`, whose packed bytes are
+    /// `parent_bytes`: the same bytes, but a model may copy the parts it shares with its
+    /// parent rather than encode them again.
+    fn pack_successor(
+        &self,
+        _parent: &Self::State,
+        _parent_bytes: &[u8],
+        state: &Self::State,
+        out: &mut Vec<u8>,
+    ) {
+        self.pack(state, out)
+    }
     /// The state `pack` encoded.
     fn unpack(&self, bytes: &[u8]) -> Self::State;
     /// Grows on every transition; proves the graph acyclic.

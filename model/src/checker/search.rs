@@ -728,7 +728,8 @@ fn expand_state<M>(
     M::State: Clone + Eq + std::hash::Hash + Send + Sync,
     M::Action: Clone + std::fmt::Debug + Send,
 {
-    let state = model.unpack(frontier.state(index));
+    let bytes = frontier.state(index);
+    let state = model.unpack(bytes);
     // A state that breaks safety is where its run stops (not expanded), unless the
     // search explores past violations; liveness is not judged there either way.
     let safe = record_broken(model, &state, Kind::Safety, index, scratch, worker);
@@ -778,7 +779,7 @@ fn expand_state<M>(
             worker.no_progress = Some((index, model.format_action(&action)));
         }
         let begin = arena.len();
-        let fp = naming.pack(model, &mut next, arena);
+        let fp = naming.pack_successor(model, (&state, bytes), &mut next, arena);
         // An exact search compares every match in full, so it skips the cache of
         // fingerprints alone.
         if budget.exact.is_none() && worker.recent.seen(fp) {
