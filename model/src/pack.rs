@@ -8,7 +8,8 @@
 //! preemption and a stale token in the send metadata's top two bits); per P cell 2 bytes (send, store and load
 //! phases in one, notifications); one byte per handle and per D cell; incidents and
 //! one-shot bits; then both aggregators in the core's own canonical encoding
-//! ([`kvcc_aggregator::Aggregator::pack`]).
+//! ([`kvcc_aggregator::Aggregator::pack`]). A successor whose step left both aggregators
+//! shared with its parent copies their bytes from the parent's ([`pack_successor`]).
 
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
