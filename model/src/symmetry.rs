@@ -463,14 +463,8 @@ impl State {
         let prefill: &mut [PrefillCell] = &mut self.prefill;
         let at = |i: usize, r: usize| usize::from(replicas[i]) * n + r;
         for r in 0..n {
-            let mut keys = replicas
-                .iter()
-                .map(|&k| prefill[usize::from(k) * n + r].order_key());
-            let first = keys.next();
-            if keys
-                .try_fold(first, |last, key| (last <= Some(key)).then_some(Some(key)))
-                .is_some()
-            {
+            let keys = (0..replicas.len()).map(|i| prefill[at(i, r)].order_key());
+            if keys.is_sorted() {
                 continue;
             }
             for i in 1..replicas.len() {
