@@ -79,6 +79,8 @@ impl Naming {
         })
     }
 
+    /// Makes `state` its class's representative (with symmetry), appends what `pack`
+    /// writes for it, and hashes those bytes.
     fn pack_with<M>(
         self,
         model: &M,
