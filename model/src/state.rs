@@ -16,7 +16,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Which engine: P's (prefill) or D's (decode), each with its scheduler and aggregator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub enum Engine {
     Prefill,
     Decode,
