@@ -719,36 +719,34 @@ impl State {
             DecodeCell::ReportsAgain => 4,
             DecodeCell::ReportedTwice => 5,
         };
-        let requests: u32 = self
-            .requests
-            .iter()
-            .map(|q| {
-                meta(q.send_meta)
-                    + meta(q.recv_meta)
-                    + prefill_phase(q.prefill)
-                    + decode_phase(q.decode)
-                    + u32::from(q.aborted)
-                    + u32::from(q.decode_preempted) * Request::PREEMPTED_PROGRESS
-                    + u32::from(q.stale_token)
-                    + q.emitted.count_ones()
-            })
-            .sum();
-        let cells: u32 = self
-            .prefill
-            .iter()
-            .map(|c| {
-                u32::from(c.notifications)
-                    + u32::from(c.dropped)
-                    + send(c.send)
-                    + c.store as u32
-                    + c.load as u32
-                    + c.stale_store as u32
-            })
-            .sum();
-        let handles: u32 = self.handles.iter().map(|&h| handle(h)).sum();
-        let decode: u32 = self.decode.iter().map(|&c| decode_cell(c)).sum::<u32>()
-            + self.child_loads.iter().map(|&l| l as u32).sum::<u32>();
-        requests + cells + handles + decode + self.incidents.0.count_ones() + self.once.count_ones()
+        // Plain loops: a handful of cells each, where vectorised sums cost more in setup
+        // than they save (this runs for every transition).
+        let mut sum = self.incidents.0.count_ones() + self.once.count_ones();
+        for q in &self.requests {
+            sum += meta(q.send_meta)
+                + meta(q.recv_meta)
+                + prefill_phase(q.prefill)
+                + decode_phase(q.decode)
+                + u32::from(q.aborted)
+                + u32::from(q.decode_preempted) * Request::PREEMPTED_PROGRESS
+                + u32::from(q.stale_token)
+                + q.emitted.count_ones();
+        }
+        for c in &self.prefill {
+            sum += u32::from(c.notifications)
+                + u32::from(c.dropped)
+                + send(c.send)
+                + c.store as u32
+                + c.load as u32
+                + c.stale_store as u32;
+        }
+        for &h in &self.handles {
+            sum += handle(h);
+        }
+        for (&c, &l) in self.decode.iter().zip(&self.child_loads) {
+            sum += decode_cell(c) + l as u32;
+        }
+        sum
     }
 }
 
