@@ -127,7 +127,7 @@ impl State {
         if (0..n).all(|a| (a + 1..n).all(|b| heads[a] != heads[b])) {
             let mut order: Order = (0..n as RequestId).collect();
             order.sort_by_key(|&r| heads[usize::from(r)]);
-            *self = self.renamed(&order);
+            self.rename(&order);
             return self.put_ranks_in_order();
         }
         if self.topology().ordered_leases {
@@ -178,9 +178,7 @@ impl State {
             let (a, b) = (usize::from(a), usize::from(b));
             keys.cmp(a, b).then_with(|| tie_break(self, a, b))
         });
-        if !is_identity(&order) {
-            *self = self.renamed(&order);
-        }
+        self.rename(&order);
     }
 
     /// Requests `a` and `b` compared by their scheduler facts, then each column of cells
@@ -279,45 +277,46 @@ impl State {
     /// This state with request `order[i]` renamed `i`: whether that is a symmetry of
     /// this state is the caller's to know (module docs).
     pub fn renamed(&self, order: &[RequestId]) -> State {
+        let mut next = self.clone();
+        next.rename(order);
+        next
+    }
+
+    /// Renames request `order[i]` to `i` in place ([`State::renamed`]): a successor
+    /// whose requests come out of order is put in order without a second state.
+    fn rename(&mut self, order: &[RequestId]) {
         // The identity keeps everything, the shared aggregators too (renaming rebuilds
         // them): the common order when tied requests are tried every way.
         if is_identity(order) {
-            return self.clone();
+            return;
         }
-        let n = self.request_count();
-        let mut next = self.clone();
-        let mut new_id = [0 as RequestId; crate::config::MAX_REQUESTS];
+        let mut new_id = [0 as RequestId; MAX_REQUESTS];
         for (i, &old) in order.iter().enumerate() {
             new_id[usize::from(old)] = i as RequestId;
-            next.requests[i] = self.requests[usize::from(old)];
         }
-        fn columns<T: Copy, const N: usize>(
-            cells: &mut SmallVec<[T; N]>,
-            from: &[T],
-            n: usize,
-            order: &[RequestId],
-        ) where
-            [T; N]: smallvec::Array<Item = T>,
-        {
-            for row in 0..from.len() / n {
-                for (i, &old) in order.iter().enumerate() {
-                    cells[row * n + i] = from[row * n + usize::from(old)];
+        /// Each row of `n` cells (one per request) reordered by `order`.
+        fn columns<T: Copy>(cells: &mut [T], order: &[RequestId]) {
+            for row in cells.chunks_exact_mut(order.len()) {
+                let mut from = [row[0]; MAX_REQUESTS];
+                from[..row.len()].copy_from_slice(row);
+                for (cell, &old) in row.iter_mut().zip(order) {
+                    *cell = from[usize::from(old)];
                 }
             }
         }
-        columns(&mut next.prefill, &self.prefill, n, order);
-        columns(&mut next.handles, &self.handles, n, order);
-        columns(&mut next.decode, &self.decode, n, order);
-        columns(&mut next.child_loads, &self.child_loads, n, order);
+        columns(&mut self.requests, order);
+        columns(&mut self.prefill, order);
+        columns(&mut self.handles, order);
+        columns(&mut self.decode, order);
+        columns(&mut self.child_loads, order);
         let rename = |id: &RequestId| new_id[usize::from(*id)];
         // An empty aggregator stays shared: renaming changes nothing in it.
         if !self.prefill_aggregator.is_empty() {
-            next.prefill_aggregator = std::sync::Arc::new(self.prefill_aggregator.renamed(rename));
+            self.prefill_aggregator = std::sync::Arc::new(self.prefill_aggregator.renamed(rename));
         }
         if !self.decode_aggregator.is_empty() {
-            next.decode_aggregator = std::sync::Arc::new(self.decode_aggregator.renamed(rename));
+            self.decode_aggregator = std::sync::Arc::new(self.decode_aggregator.renamed(rename));
         }
-        next
     }
 
     /// Makes this state the canonical member of its class under renaming ranks alone:
@@ -398,28 +397,16 @@ impl State {
         for r in (0..n).filter(|&r| columns(r)) {
             let compare = |state: &State, a: usize, b: usize| -> std::cmp::Ordering {
                 let (a, b) = (&groups[a], &groups[b]);
-                let cell = |k: &Rank| state.prefill[usize::from(*k) * n + r];
+                // Keyed as the derived order compares cells, in one load each.
+                let cell = |k: &Rank| state.prefill[usize::from(*k) * n + r].order_key();
                 let load = |d: &Rank| {
                     let at = usize::from(*d) * n + r;
                     (state.decode[at], state.child_loads[at])
                 };
                 let handle = |h: &usize| state.handles[*h * n + r];
-                a.prefill_ranks
-                    .iter()
-                    .map(cell)
-                    .cmp(b.prefill_ranks.iter().map(cell))
-                    .then_with(|| {
-                        a.decode_ranks
-                            .iter()
-                            .map(load)
-                            .cmp(b.decode_ranks.iter().map(load))
-                    })
-                    .then_with(|| {
-                        a.handles
-                            .iter()
-                            .map(handle)
-                            .cmp(b.handles.iter().map(handle))
-                    })
+                cmp_by_key(&a.prefill_ranks, &b.prefill_ranks, cell)
+                    .then_with(|| cmp_by_key(&a.decode_ranks, &b.decode_ranks, load))
+                    .then_with(|| cmp_by_key(&a.handles, &b.handles, handle))
             };
             if (1..groups.len()).all(|g| compare(self, g - 1, g).is_le()) {
                 continue;
@@ -621,6 +608,19 @@ fn sorted_column<T: Copy>(
     let start = codes.len();
     codes.extend(cells.chunks_exact(n).map(|row| code(row[r])));
     codes[start..].sort_unstable();
+}
+
+/// `a` and `b` compared as sequences of their items' keys, as `Iterator::cmp` would, in
+/// a plain loop: it runs for every successor's transfer groups, where the iterator
+/// adapters cost several times the loads they wrap.
+fn cmp_by_key<T, K: Ord>(a: &[T], b: &[T], key: impl Fn(&T) -> K) -> std::cmp::Ordering {
+    for (x, y) in a.iter().zip(b) {
+        match key(x).cmp(&key(y)) {
+            std::cmp::Ordering::Equal => {}
+            unequal => return unequal,
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 /// Does `order` rename no request?
