@@ -11,9 +11,9 @@ use kvcc_model::InputError;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-// Measure with the allocator `kvcc` ships with (see harness/src/main.rs).
+// Measure with the allocator `kvcc` ships with.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kvcc::allocator::Allocator = kvcc::allocator::Allocator;
 
 fn main() -> ExitCode {
     ExitCode::from(exec(Args::parse()).code())

@@ -19,6 +19,7 @@
 //!   `kvcc_conform` checks like a vLLM deployment's, and [`confirm`] plays into vLLM's
 //!   own scheduler and aggregator.
 
+pub mod allocator;
 pub mod atomic;
 pub mod cmd;
 pub mod confirm;

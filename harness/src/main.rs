@@ -4,10 +4,8 @@ use clap::Parser;
 use kvcc::cmd::Cli;
 use std::process::ExitCode;
 
-// The checker allocates and frees model states at millions per second; glibc's malloc
-// spent a quarter of the time there (perf), mimalloc a fraction of it.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kvcc::allocator::Allocator = kvcc::allocator::Allocator;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
