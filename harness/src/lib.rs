@@ -18,6 +18,8 @@
 //! - [`simulate`] writes random executions of the model as recorded runs, which
 //!   `kvcc_conform` checks like a vLLM deployment's, and [`confirm`] plays into vLLM's
 //!   own scheduler and aggregator.
+//!
+//! Both binaries, `kvcc` and `kvcc-bench`, allocate through [`allocator`].
 
 pub mod allocator;
 pub mod atomic;
