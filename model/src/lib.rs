@@ -23,6 +23,7 @@ pub mod model;
 pub mod narrate;
 pub mod offload;
 pub mod pack;
+pub mod progress;
 pub mod properties;
 pub mod rank;
 pub mod scheduler;

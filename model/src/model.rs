@@ -47,6 +47,8 @@ pub struct ContractModel {
     /// step at all: a step only they need is one fairness never forces. Set for the model
     /// that stands for many independent requests ([`crate::independence`]).
     pub others_step: bool,
+    /// [`State::progress`] read off packed bytes, for the checker.
+    progress: crate::pack::ProgressTable,
 }
 
 impl ContractModel {
@@ -54,6 +56,7 @@ impl ContractModel {
     pub fn new(config: Config) -> ContractModel {
         let topology: &'static Topology = Box::leak(Box::new(Topology::new(&config)));
         ContractModel {
+            progress: crate::pack::ProgressTable::new(topology, usize::from(config.requests)),
             config,
             topology,
             past_violations: false,
@@ -648,8 +651,10 @@ impl crate::checker::Checkable for ContractModel {
         crate::pack::unpack(self.topology, usize::from(self.config.requests), bytes)
     }
 
-    fn progress(&self, state: &State) -> u64 {
-        u64::from(state.progress())
+    fn progress(&self, state: &State, packed: &[u8]) -> u64 {
+        let progress = self.progress.of(packed);
+        debug_assert_eq!(progress, state.progress(), "{state:?} packed as {packed:?}");
+        u64::from(progress)
     }
 
     fn is_optional(&self, action: &Action) -> bool {

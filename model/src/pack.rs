@@ -10,7 +10,10 @@
 //! one-shot bits; then both aggregators in the core's own canonical encoding
 //! ([`kvcc_aggregator::Aggregator::pack`]). A successor whose step left both aggregators
 //! shared with its parent copies their bytes from the parent's ([`pack_successor`]).
+//! The progress measure is read off the packed bytes, a table lookup a byte
+//! ([`ProgressTable`]).
 
+use crate::progress::{self, flags};
 use crate::state::{
     DecodeCell, DecodePhase, HandlePhase, Incidents, LoadPhase, Metadata, PrefillCell,
     PrefillPhase, Request, SendPhase, Shape, StaleStore, State, StorePhase,
@@ -24,7 +27,11 @@ use std::sync::Arc;
 /// request symmetry compares columns of codes: [`crate::symmetry`]); a test checks it.
 pub(crate) trait Code: Sized + 'static {
     fn code(self) -> u8;
-    fn decode(byte: u8) -> Self;
+    /// The value of code `byte`, if it is one.
+    fn decoded(byte: u8) -> Option<Self>;
+    fn decode(byte: u8) -> Self {
+        Self::decoded(byte).unwrap_or_else(|| corrupt())
+    }
     /// Every value (Metadata: its kinds, with two step counts), for the tests.
     #[cfg(test)]
     const EVERY: &'static [Self];
@@ -42,9 +49,9 @@ macro_rules! codes {
             fn code(self) -> u8 {
                 match self { $($ty::$variant => $ty::$variant as u8,)* }
             }
-            fn decode(byte: u8) -> $ty {
-                $(if byte == $ty::$variant as u8 { return $ty::$variant; })*
-                corrupt()
+            fn decoded(byte: u8) -> Option<$ty> {
+                $(if byte == $ty::$variant as u8 { return Some($ty::$variant); })*
+                None
             }
             #[cfg(test)]
             const EVERY: &'static [$ty] = &[$($ty::$variant),*];
@@ -71,12 +78,12 @@ impl Code for Metadata {
         }
     }
 
-    fn decode(byte: u8) -> Metadata {
-        match byte {
+    fn decoded(byte: u8) -> Option<Metadata> {
+        Some(match byte {
             0 => Metadata::NotQueued,
             1 => Metadata::Delivered,
             steps => Metadata::Due(steps - 2),
-        }
+        })
     }
 
     #[cfg(test)]
@@ -102,8 +109,8 @@ impl Code for DecodeCell {
         }
     }
 
-    fn decode(byte: u8) -> DecodeCell {
-        match byte {
+    fn decoded(byte: u8) -> Option<DecodeCell> {
+        Some(match byte {
             0 => DecodeCell::Idle,
             1 => DecodeCell::Loading,
             2 => DecodeCell::Done { failed: false },
@@ -112,8 +119,8 @@ impl Code for DecodeCell {
             5 => DecodeCell::Silent,
             6 => DecodeCell::ReportsAgain,
             7 => DecodeCell::ReportedTwice,
-            _ => corrupt(),
-        }
+            _ => return None,
+        })
     }
 
     #[cfg(test)]
@@ -139,8 +146,9 @@ fn field(value: impl Code, width: u32, shift: u32) -> u8 {
     code << shift
 }
 
-fn unfield<T: Code>(byte: u8, width: u32, shift: u32) -> T {
-    T::decode((byte >> shift) & ((1 << width) - 1))
+/// The value `field` wrote at `shift`, if its bits hold a code.
+fn unfield<T: Code>(byte: u8, width: u32, shift: u32) -> Option<T> {
+    T::decoded((byte >> shift) & ((1 << width) - 1))
 }
 
 /// Appends `state`'s packed bytes to `out`.
@@ -214,49 +222,30 @@ fn pack_cells(state: &State, out: &mut Vec<u8>) {
 
 /// The state `pack` wrote for a model of `requests` requests over `topology`.
 pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) -> State {
+    let layout = Layout::of(topology, requests);
     let mut take = |len: usize| -> &[u8] {
         let (head, rest) = bytes.split_at(len);
         bytes = rest;
         head
     };
-    let requests: SmallVec<[Request; 3]> = take(4 * requests)
-        .chunks_exact(4)
-        .map(|b| Request {
-            prefill: unfield(b[0], 3, 0),
-            decode: unfield(b[0], 4, 3),
-            aborted: b[0] & 1 << 7 != 0,
-            send_meta: unfield(b[1], 6, 0),
-            stale_token: b[1] & 1 << 6 != 0,
-            decode_preempted: b[1] & 1 << 7 != 0,
-            recv_meta: unfield(b[2], 3, 0),
-            prefix_hit: b[2] & 1 << 3 != 0,
-            arrival: b[2] >> 4,
-            emitted: b[3] & 0x0f,
-            rescue: (b[3] >> 4) & 0x03,
-            queued_after: b[3] >> 6,
-        })
+    let requests: SmallVec<[Request; 3]> = take(layout.requests)
+        .chunks_exact(REQUEST_BYTES)
+        .map(|b| request(b).unwrap_or_else(|| corrupt()))
         .collect();
-    let n = requests.len();
-    let cell_bytes = if topology.notifications_travel { 4 } else { 2 };
-    let prefill = take(cell_bytes * usize::from(topology.prefill_world) * n)
-        .chunks_exact(cell_bytes)
-        .map(|b| PrefillCell {
-            send: unfield(b[0], 4, 0),
-            store: unfield(b[0], 2, 4),
-            load: unfield(b[0], 2, 6),
-            notifications: b[1] & 0x3f,
-            stale_store: unfield(b[1], 2, 6),
-            in_flight: b.get(2).copied().unwrap_or(0),
-            dropped: b.get(3).copied().unwrap_or(0),
-        })
+    let prefill = take(layout.cells)
+        .chunks_exact(layout.cell_bytes)
+        .map(|b| cell(b).unwrap_or_else(|| corrupt()))
         .collect();
-    let handles = take(topology.handles.len() * n)
+    let handles = take(layout.handles)
         .iter()
         .map(|&b| HandlePhase::decode(b))
         .collect();
-    let workers = take(usize::from(topology.decode_world) * n);
-    let decode = workers.iter().map(|&b| unfield(b, 3, 0)).collect();
-    let child_loads = workers.iter().map(|&b| unfield(b, 2, 3)).collect();
+    let workers: SmallVec<[(DecodeCell, LoadPhase); 16]> = take(layout.workers)
+        .iter()
+        .map(|&b| worker(b).unwrap_or_else(|| corrupt()))
+        .collect();
+    let decode = workers.iter().map(|&(d, _)| d).collect();
+    let child_loads = workers.iter().map(|&(_, l)| l).collect();
     let incidents = Incidents(u16::from_le_bytes([take(1)[0], take(1)[0]]));
     let once = take(1)[0];
     let mut aggregator = || SortedAggregator::unpack(&mut bytes).unwrap_or_else(|| corrupt());
@@ -273,6 +262,150 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
         incidents,
         once,
         shape: Shape(topology),
+    }
+}
+
+/// Bytes a request packs to.
+const REQUEST_BYTES: usize = 4;
+
+/// Where each part of the cells' part of a model's packed states lies: their lengths in
+/// bytes, in packed order, then the incident and one-shot bytes (the same for every state
+/// of a model).
+struct Layout {
+    requests: usize,
+    cells: usize,
+    cell_bytes: usize,
+    handles: usize,
+    workers: usize,
+}
+
+impl Layout {
+    fn of(topology: &Topology, requests: usize) -> Layout {
+        // Notifications on their way take two more bytes, only where they travel.
+        let cell_bytes = if topology.notifications_travel { 4 } else { 2 };
+        Layout {
+            requests: REQUEST_BYTES * requests,
+            cells: cell_bytes * usize::from(topology.prefill_world) * requests,
+            cell_bytes,
+            handles: topology.handles.len() * requests,
+            workers: usize::from(topology.decode_world) * requests,
+        }
+    }
+}
+
+/// The request `pack_cells` wrote as `b`, if its bytes hold one.
+fn request(b: &[u8]) -> Option<Request> {
+    Some(Request {
+        prefill: unfield(b[0], 3, 0)?,
+        decode: unfield(b[0], 4, 3)?,
+        aborted: b[0] & 1 << 7 != 0,
+        send_meta: unfield(b[1], 6, 0)?,
+        stale_token: b[1] & 1 << 6 != 0,
+        decode_preempted: b[1] & 1 << 7 != 0,
+        recv_meta: unfield(b[2], 3, 0)?,
+        prefix_hit: b[2] & 1 << 3 != 0,
+        arrival: b[2] >> 4,
+        emitted: b[3] & 0x0f,
+        rescue: (b[3] >> 4) & 0x03,
+        queued_after: b[3] >> 6,
+    })
+}
+
+/// The P cell `pack_cells` wrote as `b` (2 bytes, or 4 where notifications travel).
+fn cell(b: &[u8]) -> Option<PrefillCell> {
+    Some(PrefillCell {
+        send: unfield(b[0], 4, 0)?,
+        store: unfield(b[0], 2, 4)?,
+        load: unfield(b[0], 2, 6)?,
+        notifications: b[1] & 0x3f,
+        stale_store: unfield(b[1], 2, 6)?,
+        in_flight: b.get(2).copied().unwrap_or(0),
+        dropped: b.get(3).copied().unwrap_or(0),
+    })
+}
+
+/// The D worker's cell and its child's load that share byte `b`.
+fn worker(b: u8) -> Option<(DecodeCell, LoadPhase)> {
+    Some((unfield(b, 3, 0)?, unfield(b, 2, 3)?))
+}
+
+/// [`State::progress`] read off a state's packed bytes ([`crate::progress`]): each byte
+/// of the cells' part belongs to one part of the state, whose term is a sum over its
+/// fields, so each byte adds an amount fixed by its value and its place. One table per
+/// place, filled by decoding each value of that byte with the rest of its part zero
+/// (every part's zero is the start of its lifecycle, worth nothing; the test checks the
+/// sum against the state's own measure). Reading the bytes costs a load and an add a
+/// byte where the state's fields cost a match each.
+#[derive(Clone)]
+pub struct ProgressTable {
+    /// Per byte of the cells' part: what each value adds.
+    places: Vec<[u8; 256]>,
+}
+
+impl ProgressTable {
+    pub fn new(topology: &Topology, requests: usize) -> ProgressTable {
+        let layout = Layout::of(topology, requests);
+        // What value `v` of byte `at` of a part of `len` bytes adds, by `decode`.
+        fn place<T>(
+            len: usize,
+            at: usize,
+            decode: impl Fn(&[u8]) -> Option<T>,
+            term: impl Fn(T) -> u32,
+        ) -> [u8; 256] {
+            let mut table = [0; 256];
+            for (v, slot) in table.iter_mut().enumerate() {
+                // No part is longer than a request.
+                let mut bytes = [0; REQUEST_BYTES];
+                bytes[at] = v as u8;
+                // A value no part packs to never occurs: it adds nothing.
+                if let Some(part) = decode(&bytes[..len]) {
+                    *slot = u8::try_from(term(part)).expect("a byte's progress fits a byte");
+                }
+            }
+            table
+        }
+        let part = |len: usize, period: usize, places: Vec<[u8; 256]>| {
+            (0..len).map(move |i| places[i % period])
+        };
+        let request_places = (0..REQUEST_BYTES)
+            .map(|at| place(REQUEST_BYTES, at, request, |q| q.progress()))
+            .collect();
+        let cell_places = (0..layout.cell_bytes)
+            .map(|at| place(layout.cell_bytes, at, cell, PrefillCell::progress))
+            .collect();
+        let handle = place(1, 0, |b| HandlePhase::decoded(b[0]), HandlePhase::progress);
+        let worker = place(1, 0, |b| worker(b[0]), |(d, l)| progress::worker(d, l));
+        let incidents_low = place(1, 0, |b| Some(b[0]), |b| flags(Incidents(b.into()), 0));
+        let incidents_high = place(
+            1,
+            0,
+            |b| Some(b[0]),
+            |b| flags(Incidents(u16::from(b) << 8), 0),
+        );
+        let once = place(1, 0, |b| Some(b[0]), |b| flags(Incidents(0), b));
+        let places = part(layout.requests, REQUEST_BYTES, request_places)
+            .chain(part(layout.cells, layout.cell_bytes, cell_places))
+            .chain(part(layout.handles, 1, vec![handle]))
+            .chain(part(layout.workers, 1, vec![worker]))
+            .chain([incidents_low, incidents_high, once])
+            .collect();
+        ProgressTable { places }
+    }
+
+    /// The measure of the state packed as `bytes` (the aggregators' bytes, after the
+    /// cells', add nothing).
+    pub fn of(&self, bytes: &[u8]) -> u32 {
+        self.places
+            .iter()
+            .zip(bytes)
+            .map(|(table, &b)| u32::from(table[usize::from(b)]))
+            .sum()
+    }
+}
+
+impl std::fmt::Debug for ProgressTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProgressTable({} places)", self.places.len())
     }
 }
 
@@ -345,6 +478,64 @@ mod tests {
         assert!(
             twin_caught,
             "copying D's aggregator unchecked was not caught"
+        );
+    }
+
+    /// The measure read off the packed bytes is the state's own, on every reachable state
+    /// of points that use each part of a state (late and duplicated notifications for the
+    /// 4-byte cells, offloading for the stores, two loading children on D for the child
+    /// loads, a preemption on D for the request flags, faults for the incidents). The
+    /// twin, a table that forgets the one-shot bits, is caught.
+    #[test]
+    fn packed_progress_is_the_states_own() {
+        use crate::config::tests::base;
+        use crate::config::{Connector, EngineFault};
+        use crate::message::Delivery;
+        let points: [fn(&mut crate::config::Config); 4] = [
+            |c| {
+                c.faults.client_abort = true;
+                c.faults.lost_notification = true;
+                c.delivery.notification = vec![Delivery::Late, Delivery::Duplicated];
+            },
+            |c| {
+                c.connector = Connector::MultiOffload;
+                c.consumer.loading_children = 2;
+            },
+            |c| {
+                c.faults.missing_output_rank = EngineFault::Both;
+                c.faults.worker_step_raises = EngineFault::Both;
+                c.scheduler.failed_step = crate::config::FailedStep::RetryDropsReports;
+                c.prefill.loads_kv = true;
+            },
+            |c| {
+                c.faults.decode_preempted = true;
+                c.decode.kv_blocks = Some(2);
+                c.decode.tp = 2;
+            },
+        ];
+        let (mut states, mut twin_caught) = (0, false);
+        for edit in points {
+            let mut config = base();
+            config.prefill.pcp = 2;
+            config.requests = 2;
+            edit(&mut config);
+            config.validate().expect("a valid point");
+            let model = crate::model::ContractModel::new(config);
+            let table = ProgressTable::new(model.topology, 2);
+            let mut twin = table.clone();
+            *twin.places.last_mut().expect("a one-shot byte") = [0; 256];
+            for state in model.reachable_states(usize::MAX) {
+                let mut bytes = Vec::new();
+                pack(&state, &mut bytes);
+                assert_eq!(table.of(&bytes), state.progress(), "{state:?}");
+                twin_caught |= twin.of(&bytes) != state.progress();
+                states += 1;
+            }
+        }
+        assert!(states > 1_000, "{states} states");
+        assert!(
+            twin_caught,
+            "a table without the one-shot bits was not caught"
         );
     }
 

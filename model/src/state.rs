@@ -433,9 +433,6 @@ impl Request {
     pub const FAULTED: u8 = 1;
     /// A P rank's lease on it expired.
     pub const LEASE_EXPIRED: u8 = 2;
-    /// What a preemption on D adds to [`State::progress`]: more than D's phases ever
-    /// climb, so the step back from running to waiting still makes progress.
-    const PREEMPTED_PROGRESS: u32 = 8;
 }
 
 /// Where the symmetric blocks of a topology are. Shared by all states of a model and
@@ -665,88 +662,6 @@ impl State {
     /// Any of request `r`'s read handles still moving data?
     pub fn reading(&self, r: RequestId) -> bool {
         (0..self.topology().handles.len()).any(|h| self.handle(h, r) == HandlePhase::Reading)
-    }
-
-    /// A measure that every transition must increase: the sum of every component's
-    /// position in its (progress-ordered) lifecycle. Aggregator contents are left out:
-    /// they change only together with a cell or scheduler phase.
-    pub fn progress(&self) -> u32 {
-        let meta = |m: Metadata| match m {
-            Metadata::NotQueued => 0,
-            Metadata::Due(steps) => 3 - u32::from(steps.min(2)),
-            Metadata::Delivered => 4,
-        };
-        let prefill_phase = |p: PrefillPhase| match p {
-            PrefillPhase::LoadingKv => 0,
-            PrefillPhase::Prefilling | PrefillPhase::AbortedLoadingKv => 1,
-            PrefillPhase::DelayFreed => 2,
-            PrefillPhase::Released | PrefillPhase::Dropped | PrefillPhase::FinishedEmpty => 4,
-            PrefillPhase::AbortFreed => 3,
-        };
-        let decode_phase = |d: DecodePhase| match d {
-            DecodePhase::Pending => 0,
-            DecodePhase::Queued => 1,
-            DecodePhase::Deferred => 2,
-            DecodePhase::LookedUp => 3,
-            DecodePhase::Loading | DecodePhase::SyncLoading => 4,
-            DecodePhase::AbortedLoading
-            | DecodePhase::Loaded
-            | DecodePhase::Recomputing
-            | DecodePhase::Rewound => 5,
-            DecodePhase::Running => 6,
-            _ => 7,
-        };
-        let send = |s: SendPhase| match s {
-            SendPhase::InBatch => 0,
-            SendPhase::ToSend => 1,
-            SendPhase::Expired => 2,
-            SendPhase::Done => 3,
-            SendPhase::Reported | SendPhase::Cleared | SendPhase::Silent => 4,
-            SendPhase::ReportsAgain => 5,
-            SendPhase::ReportedAgain => 6,
-        };
-        let handle = |h: HandlePhase| match h {
-            HandlePhase::NotPosted => 0,
-            HandlePhase::Handshaking => 1,
-            HandlePhase::Reading => 2,
-            HandlePhase::Done | HandlePhase::Failed => 3,
-        };
-        let decode_cell = |c: DecodeCell| match c {
-            DecodeCell::Idle => 0,
-            DecodeCell::Loading => 1,
-            DecodeCell::Done { .. } => 2,
-            DecodeCell::Reported | DecodeCell::Silent => 3,
-            DecodeCell::ReportsAgain => 4,
-            DecodeCell::ReportedTwice => 5,
-        };
-        // Plain loops: a handful of cells each, where vectorised sums cost more in setup
-        // than they save (this runs for every transition).
-        let mut sum = self.incidents.0.count_ones() + self.once.count_ones();
-        for q in &self.requests {
-            sum += meta(q.send_meta)
-                + meta(q.recv_meta)
-                + prefill_phase(q.prefill)
-                + decode_phase(q.decode)
-                + u32::from(q.aborted)
-                + u32::from(q.decode_preempted) * Request::PREEMPTED_PROGRESS
-                + u32::from(q.stale_token)
-                + q.emitted.count_ones();
-        }
-        for c in &self.prefill {
-            sum += u32::from(c.notifications)
-                + u32::from(c.dropped)
-                + send(c.send)
-                + c.store as u32
-                + c.load as u32
-                + c.stale_store as u32;
-        }
-        for &h in &self.handles {
-            sum += handle(h);
-        }
-        for (&c, &l) in self.decode.iter().zip(&self.child_loads) {
-            sum += decode_cell(c) + l as u32;
-        }
-        sum
     }
 }
 

@@ -615,7 +615,7 @@ macro_rules! toy_checkable {
             fn unpack(&self, bytes: &[u8]) -> u32 {
                 u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
             }
-            fn progress(&self, state: &u32) -> u64 {
+            fn progress(&self, state: &u32, _: &[u8]) -> u64 {
                 u64::from(*state)
             }
             fn is_optional(&self, _: &u32) -> bool {

@@ -89,8 +89,8 @@ impl Checkable for Interleaved {
     fn unpack(&self, bytes: &[u8]) -> State {
         self.model.unpack(bytes)
     }
-    fn progress(&self, state: &State) -> u64 {
-        self.model.progress(state)
+    fn progress(&self, state: &State, packed: &[u8]) -> u64 {
+        self.model.progress(state, packed)
     }
     fn is_optional(&self, action: &Step) -> bool {
         match action {

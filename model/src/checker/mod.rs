@@ -173,8 +173,10 @@ where
     }
     /// The state `pack` encoded.
     fn unpack(&self, bytes: &[u8]) -> Self::State;
-    /// Grows on every transition; proves the graph acyclic.
-    fn progress(&self, state: &Self::State) -> u64;
+    /// Grows on every transition; proves the graph acyclic. `packed` is what `pack` wrote
+    /// for `state` (a model may read the measure off it). The checker takes it of
+    /// representatives, so with symmetry it must be the same for a whole class.
+    fn progress(&self, state: &Self::State, packed: &[u8]) -> u64;
     /// An action the environment may take but never must: a fault, or a client's choice.
     /// Fairness does not force it, so a run may end in a state where only such actions
     /// are enabled, and liveness is checked there too.

@@ -747,7 +747,7 @@ fn expand_state<M>(
         scratch.actions = actions;
         return;
     }
-    let progress = model.progress(&state);
+    let progress = model.progress(&state, bytes);
     // Does fairness force a step from here? If not, a run may end here.
     let mut forced = false;
     let arena_id = worker.arena(spares);
@@ -775,11 +775,11 @@ fn expand_state<M>(
         }
         worker.transitions += 1;
         forced |= forces;
-        if worker.no_progress.is_none() && model.progress(&next) <= progress {
-            worker.no_progress = Some((index, model.format_action(&action)));
-        }
         let begin = arena.len();
         let fp = naming.pack_successor(model, (&state, bytes), &mut next, arena);
+        if worker.no_progress.is_none() && model.progress(&next, &arena[begin..]) <= progress {
+            worker.no_progress = Some((index, model.format_action(&action)));
+        }
         // An exact search compares every match in full, so it skips the cache of
         // fingerprints alone.
         if budget.exact.is_none() && worker.recent.seen(fp) {
