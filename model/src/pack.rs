@@ -240,12 +240,10 @@ pub fn unpack(topology: &'static Topology, requests: usize, mut bytes: &[u8]) ->
         .iter()
         .map(|&b| HandlePhase::decode(b))
         .collect();
-    let workers: SmallVec<[(DecodeCell, LoadPhase); 16]> = take(layout.workers)
-        .iter()
-        .map(|&b| worker(b).unwrap_or_else(|| corrupt()))
-        .collect();
-    let decode = workers.iter().map(|&(d, _)| d).collect();
-    let child_loads = workers.iter().map(|&(_, l)| l).collect();
+    let workers = take(layout.workers);
+    let worker = |b: &u8| worker(*b).unwrap_or_else(|| corrupt());
+    let decode = workers.iter().map(|b| worker(b).0).collect();
+    let child_loads = workers.iter().map(|b| worker(b).1).collect();
     let incidents = Incidents(u16::from_le_bytes([take(1)[0], take(1)[0]]));
     let once = take(1)[0];
     let mut aggregator = || SortedAggregator::unpack(&mut bytes).unwrap_or_else(|| corrupt());
