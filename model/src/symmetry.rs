@@ -405,9 +405,22 @@ impl State {
                     (state.decode[at], state.child_loads[at])
                 };
                 let handle = |h: &usize| state.handles[*h * n + r];
-                cmp_by_key(&a.prefill_ranks, &b.prefill_ranks, cell)
-                    .then_with(|| cmp_by_key(&a.decode_ranks, &b.decode_ranks, load))
-                    .then_with(|| cmp_by_key(&a.handles, &b.handles, handle))
+                a.prefill_ranks
+                    .iter()
+                    .map(cell)
+                    .cmp(b.prefill_ranks.iter().map(cell))
+                    .then_with(|| {
+                        a.decode_ranks
+                            .iter()
+                            .map(load)
+                            .cmp(b.decode_ranks.iter().map(load))
+                    })
+                    .then_with(|| {
+                        a.handles
+                            .iter()
+                            .map(handle)
+                            .cmp(b.handles.iter().map(handle))
+                    })
             };
             if (1..groups.len()).all(|g| compare(self, g - 1, g).is_le()) {
                 continue;
@@ -609,19 +622,6 @@ fn sorted_column<T: Copy>(
     let start = codes.len();
     codes.extend(cells.chunks_exact(n).map(|row| code(row[r])));
     codes[start..].sort_unstable();
-}
-
-/// `a` and `b` compared as sequences of their items' keys, as `Iterator::cmp` would, in
-/// a plain loop: it runs for every successor's transfer groups, where the iterator
-/// adapters cost several times the loads they wrap.
-fn cmp_by_key<T, K: Ord>(a: &[T], b: &[T], key: impl Fn(&T) -> K) -> std::cmp::Ordering {
-    for (x, y) in a.iter().zip(b) {
-        match key(x).cmp(&key(y)) {
-            std::cmp::Ordering::Equal => {}
-            unequal => return unequal,
-        }
-    }
-    a.len().cmp(&b.len())
 }
 
 /// Does `order` rename no request?
